@@ -1,0 +1,23 @@
+import { TtlCache } from '../lib/cache.ts'
+import type { Database } from '../lib/db/client.ts'
+import { findAccount, type Account } from './service.ts'
+
+/**
+ * Accounts change rarely and are read on every `GET /account`; renames reach other instances
+ * through the invalidation feed, so the TTL only bounds memory, not staleness.
+ */
+export function createAccountReader(db: Database, now?: () => number) {
+  const cache = new TtlCache<Account>({ maxEntries: 50_000, ttlMs: 10 * 60_000, now })
+  return {
+    cache,
+    async read(accountId: string, trustCache: boolean): Promise<Account | null> {
+      const cached = trustCache ? cache.get(accountId) : undefined
+      if (cached) return cached
+      const account = await findAccount(db, accountId)
+      if (account) cache.set(accountId, account)
+      return account
+    },
+  }
+}
+
+export type AccountReader = ReturnType<typeof createAccountReader>

@@ -1,0 +1,23 @@
+import { t } from 'elysia'
+
+export const AccountSchema = t.Object(
+  {
+    id: t.String({ examples: ['acc_01jd3m9x2qk7r5v8w4y6z0abcd'] }),
+    name: t.String(),
+    created_at: t.String({ format: 'date-time' }),
+  },
+  { $id: '#/components/schemas/Account', title: 'Account' },
+)
+
+export const AccountNameSchema = t.String({
+  minLength: 1,
+  maxLength: 200,
+  pattern: '\\S',
+  description: 'Display name: 1 to 200 characters, not only white space.',
+})
+
+export const UpdateAccountBody = t.Object({ name: AccountNameSchema }, { additionalProperties: false })
+
+export const EmailSchema = t.String({ maxLength: 254, pattern: '^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$' })
+
+export const PasswordSchema = t.String({ minLength: 10, maxLength: 1024, description: 'At least 10 characters.' })

@@ -1,0 +1,98 @@
+import { and, desc, eq, isNull, sql } from 'drizzle-orm'
+import type { Database } from '../lib/db/client.ts'
+import { apiKeys } from '../lib/db/schema.ts'
+import { recordInvalidation } from '../lib/invalidation-feed.ts'
+import { newSecret, sha256Hex } from '../lib/crypto.ts'
+import { newId } from '../lib/ids.ts'
+import { isForeignKeyViolation } from '../lib/db/errors.ts'
+import { ApiError } from '../lib/errors.ts'
+
+export const API_KEY_PREFIX = 'sk_live_'
+/** Enough of the secret to recognise a key in a list, far too little to guess the rest. */
+const DISPLAYED_SECRET_CHARS = API_KEY_PREFIX.length + 4
+
+export type ApiKey = Omit<typeof apiKeys.$inferSelect, 'secretHash'>
+
+export interface CreatedApiKey {
+  key: ApiKey
+  /** Shown once, at creation; only its hash is stored. */
+  secret: string
+}
+
+export async function createApiKey(db: Database, input: { accountId: string; name?: string }): Promise<CreatedApiKey> {
+  const secret = newSecret(API_KEY_PREFIX)
+  try {
+    const [key] = await db
+      .insert(apiKeys)
+      .values({
+        id: newId('key'),
+        accountId: input.accountId,
+        name: input.name ?? null,
+        secretPrefix: secret.slice(0, DISPLAYED_SECRET_CHARS),
+        secretHash: sha256Hex(secret),
+      })
+      .returning({
+        id: apiKeys.id,
+        accountId: apiKeys.accountId,
+        name: apiKeys.name,
+        secretPrefix: apiKeys.secretPrefix,
+        createdAt: apiKeys.createdAt,
+        revokedAt: apiKeys.revokedAt,
+      })
+    return { key: key!, secret }
+  } catch (error) {
+    if (isForeignKeyViolation(error)) throw new ApiError(404, 'not_found', `No account ${input.accountId}.`)
+    throw error
+  }
+}
+
+export async function listApiKeys(db: Database, accountId: string): Promise<ApiKey[]> {
+  return db
+    .select({
+      id: apiKeys.id,
+      accountId: apiKeys.accountId,
+      name: apiKeys.name,
+      secretPrefix: apiKeys.secretPrefix,
+      createdAt: apiKeys.createdAt,
+      revokedAt: apiKeys.revokedAt,
+    })
+    .from(apiKeys)
+    .where(eq(apiKeys.accountId, accountId))
+    .orderBy(desc(apiKeys.id))
+}
+
+/**
+ * Marks the key revoked and records a cache invalidation in the same transaction, so every
+ * instance evicts it within seconds. Returns false when there was no active key with that id.
+ */
+export async function revokeApiKey(db: Database, keyId: string): Promise<boolean> {
+  return db.transaction(async (tx) => {
+    const revoked = await tx
+      .update(apiKeys)
+      .set({ revokedAt: sql`now()` })
+      .where(and(eq(apiKeys.id, keyId), isNull(apiKeys.revokedAt)))
+      .returning({ id: apiKeys.id })
+    if (revoked.length === 0) return false
+    await recordInvalidation(tx, 'api_key', keyId)
+    return true
+  })
+}
+
+export interface ActiveApiKey {
+  keyId: string
+  accountId: string
+  secretHash: string
+}
+
+/** Built once per database: this lookup runs on every cache miss of the authentication path. */
+export function prepareActiveKeyLookup(db: Database): (secretHash: string) => Promise<ActiveApiKey | null> {
+  const statement = db
+    .select({ keyId: apiKeys.id, accountId: apiKeys.accountId, secretHash: apiKeys.secretHash })
+    .from(apiKeys)
+    .where(and(eq(apiKeys.secretHash, sql.placeholder('secretHash')), isNull(apiKeys.revokedAt)))
+    .prepare('active_api_key_by_hash')
+  return async (secretHash) => {
+    const [row] = await statement.execute({ secretHash })
+    return row ?? null
+  }
+}

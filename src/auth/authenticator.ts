@@ -1,0 +1,51 @@
+import { TtlCache } from '../lib/cache.ts'
+import { constantTimeEqual, sha256Hex } from '../lib/crypto.ts'
+import { API_KEY_PREFIX, type ActiveApiKey } from './api-keys.ts'
+import { SCOPES, type Scope } from './scopes.ts'
+
+/** Who is calling, for which account, with which scopes: what every protected route sees. */
+export interface Caller {
+  accountId: string
+  credential: { kind: 'api_key'; id: string }
+  scopes: readonly Scope[]
+}
+
+export interface ApiKeyAuthenticatorDeps {
+  findActiveKey(secretHash: string): Promise<ActiveApiKey | null>
+  /** False while the invalidation feed is behind: cached answers are then not trusted. */
+  isCacheTrusted(): boolean
+  cache: TtlCache<ActiveApiKey | null>
+}
+
+// Longer than a secret we issue, short enough that hashing junk costs nothing.
+const MAX_SECRET_LENGTH = 256
+
+export function newApiKeyCache(now?: () => number): TtlCache<ActiveApiKey | null> {
+  return new TtlCache<ActiveApiKey | null>({
+    maxEntries: 50_000,
+    ttlMs: 5 * 60_000,
+    now,
+    secondaryKey: (value) => value?.keyId,
+  })
+}
+
+/**
+ * Resolves `?key=` to a caller. Known hashes, valid or not, are answered from memory; the
+ * cache is keyed by the SHA-256 of the secret, so a lookup leaks nothing about the secret.
+ */
+export function createApiKeyAuthenticator(deps: ApiKeyAuthenticatorDeps) {
+  return async function authenticateApiKey(secret: string): Promise<Caller | null> {
+    if (!secret.startsWith(API_KEY_PREFIX) || secret.length > MAX_SECRET_LENGTH) return null
+    const secretHash = sha256Hex(secret)
+    let key = deps.isCacheTrusted() ? deps.cache.get(secretHash) : undefined
+    if (key === undefined) {
+      const found = await deps.findActiveKey(secretHash)
+      key = found && constantTimeEqual(found.secretHash, secretHash) ? found : null
+      deps.cache.set(secretHash, key)
+    }
+    if (!key) return null
+    return { accountId: key.accountId, credential: { kind: 'api_key', id: key.keyId }, scopes: SCOPES }
+  }
+}
+
+export type AuthenticateApiKey = ReturnType<typeof createApiKeyAuthenticator>

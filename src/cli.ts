@@ -1,0 +1,39 @@
+import { loadConfigOrExit, exitWith } from './boot.ts'
+import { openConfiguredDatabase } from './service.ts'
+import { lockOwner } from './lib/db/data-dir-lock.ts'
+import { runCommand, type CommandResult } from './cli/commands.ts'
+import { cliSocketPath, type ForwardedCommand } from './cli/socket.ts'
+
+const argv = process.argv.slice(2)
+const config = loadConfigOrExit(process.env)
+
+async function forwardToServer(): Promise<CommandResult> {
+  const body: ForwardedCommand = { argv }
+  try {
+    const response = await fetch('http://localhost/run', {
+      method: 'POST',
+      body: JSON.stringify(body),
+      headers: { 'content-type': 'application/json' },
+      unix: cliSocketPath(config.dataDir),
+    })
+    return (await response.json()) as CommandResult
+  } catch {
+    exitWith(
+      `DATA_DIR ${config.dataDir} is held by process ${lockOwner(config.dataDir)}, which does not accept CLI commands. Stop it and run the command again.`,
+    )
+  }
+}
+
+async function runLocally(): Promise<CommandResult> {
+  const database = await openConfiguredDatabase(config)
+  try {
+    return await runCommand(argv, { db: database.handle.db, baseUrl: config.baseUrl })
+  } finally {
+    await database.close()
+  }
+}
+
+const serverHoldsData = !config.databaseUrl && lockOwner(config.dataDir) !== null
+const result = serverHoldsData ? await forwardToServer() : await runLocally()
+;(result.exitCode === 0 ? console.log : console.error)(result.output)
+process.exit(result.exitCode)

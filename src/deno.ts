@@ -1,0 +1,34 @@
+import { boot, logFirstRunHint } from './boot.ts'
+
+// The Deno adapter: the same app and boot sequence as src/server.ts, served by Deno.serve.
+declare const Deno: {
+  env: { toObject(): Record<string, string> }
+  serve(
+    options: { port: number; hostname: string; onListen?(address: { port: number }): void },
+    handler: (request: Request) => Response | Promise<Response>,
+  ): { shutdown(): Promise<void>; finished: Promise<void> }
+  addSignalListener(signal: 'SIGTERM' | 'SIGINT', handler: () => void): void
+  exit(code: number): never
+}
+
+const booted = await boot(Deno.env.toObject())
+const { config, logger, database, service } = booted
+
+const server = Deno.serve(
+  {
+    port: config.port,
+    hostname: config.host,
+    onListen: ({ port }) => logger.info('listening', { url: `http://${config.host}:${port}`, runtime: 'deno' }),
+  },
+  service.app.fetch,
+)
+await logFirstRunHint(booted)
+
+async function shutdown() {
+  await server.shutdown()
+  service.stop()
+  await database.close()
+  Deno.exit(0)
+}
+Deno.addSignalListener('SIGTERM', () => void shutdown())
+Deno.addSignalListener('SIGINT', () => void shutdown())

@@ -1,0 +1,71 @@
+import { Type as t, type Static } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
+
+const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const
+
+const EnvSchema = t.Object({
+  PORT: t.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
+  HOST: t.String({ minLength: 1, default: '127.0.0.1' }),
+  PUBLIC_URL: t.Optional(t.String({ minLength: 1 })),
+  DATABASE_URL: t.Optional(t.String({ pattern: '^postgres(ql)?://' })),
+  DATA_DIR: t.String({ minLength: 1, default: './data' }),
+  LOG_LEVEL: t.Union(LOG_LEVELS.map((level) => t.Literal(level)), { default: 'info' }),
+})
+
+export type LogLevel = (typeof LOG_LEVELS)[number]
+
+export interface Config {
+  port: number
+  host: string
+  /** External origin, no trailing slash. */
+  publicUrl: string
+  /** `{base_url}` of the published interface: the public origin plus `/v0`. */
+  baseUrl: string
+  databaseUrl: string | undefined
+  dataDir: string
+  logLevel: LogLevel
+}
+
+export class ConfigError extends Error {}
+
+/** Reads and validates configuration; throws a ConfigError whose message names the variable. */
+export function loadConfig(env: Record<string, string | undefined>): Config {
+  const relevant: Record<string, unknown> = {}
+  for (const name of Object.keys(EnvSchema.properties)) {
+    const value = env[name]
+    if (value !== undefined && value !== '') relevant[name] = value
+  }
+  const converted = Value.Default(EnvSchema, Value.Convert(EnvSchema, relevant))
+  const firstError = Value.Errors(EnvSchema, converted).First()
+  if (firstError) {
+    const variable = firstError.path.replace(/^\//, '') || 'environment'
+    throw new ConfigError(`${variable}: ${firstError.message} (got ${JSON.stringify(relevant[variable] ?? null)})`)
+  }
+  const parsed = converted as Static<typeof EnvSchema>
+  const publicUrl = parsePublicUrl(parsed.PUBLIC_URL ?? `http://localhost:${parsed.PORT}`)
+  return {
+    port: parsed.PORT,
+    host: parsed.HOST,
+    publicUrl,
+    baseUrl: `${publicUrl}/v0`,
+    databaseUrl: parsed.DATABASE_URL,
+    dataDir: parsed.DATA_DIR,
+    logLevel: parsed.LOG_LEVEL,
+  }
+}
+
+function parsePublicUrl(raw: string): string {
+  let url: URL
+  try {
+    url = new URL(raw)
+  } catch {
+    throw new ConfigError(`PUBLIC_URL: must be an absolute URL (got ${JSON.stringify(raw)})`)
+  }
+  if (url.protocol !== 'https:' && url.protocol !== 'http:') {
+    throw new ConfigError(`PUBLIC_URL: must use http or https (got ${JSON.stringify(raw)})`)
+  }
+  if (url.search || url.hash || url.username || url.password) {
+    throw new ConfigError(`PUBLIC_URL: must not carry a query, fragment or credentials (got ${JSON.stringify(raw)})`)
+  }
+  return `${url.origin}${url.pathname}`.replace(/\/+$/, '')
+}

@@ -1,0 +1,54 @@
+import { PGlite } from '@electric-sql/pglite'
+import { drizzle as drizzlePglite } from 'drizzle-orm/pglite'
+import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js'
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core'
+import { sql, type SQL } from 'drizzle-orm'
+import postgres from 'postgres'
+import * as schema from './schema.ts'
+
+/** The one database type the features see; both drivers implement it. */
+export type Database = PgDatabase<PgQueryResultHKT, typeof schema>
+
+export interface DatabaseHandle {
+  db: Database
+  kind: 'postgres' | 'pglite'
+  close(): Promise<void>
+}
+
+export function postgresDatabase(url: string, options: { max?: number } = {}): DatabaseHandle {
+  const client = postgres(url, { max: options.max ?? 10, onnotice: () => {} })
+  return {
+    db: drizzlePostgres(client, { schema }) as unknown as Database,
+    kind: 'postgres',
+    close: () => client.end({ timeout: 5 }),
+  }
+}
+
+export function pgliteDatabase(client: PGlite): DatabaseHandle {
+  return {
+    db: drizzlePglite(client, { schema }) as unknown as Database,
+    kind: 'pglite',
+    close: () => client.close(),
+  }
+}
+
+export async function openPgliteDirectory(dataDir: string): Promise<PGlite> {
+  return PGlite.create(dataDir)
+}
+
+/** Raw SQL rows, whichever driver ran them (PGlite answers `{ rows }`, postgres-js an array). */
+export async function queryRows<T>(db: Database, query: SQL): Promise<T[]> {
+  const result = (await db.execute(query)) as unknown
+  return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[]
+}
+
+export async function isDatabaseReachable(db: Database): Promise<boolean> {
+  try {
+    await queryRows(db, sql`select 1`)
+    return true
+  } catch {
+    return false
+  }
+}
+
+export type DatabaseTransaction = Parameters<Parameters<Database['transaction']>[0]>[0]

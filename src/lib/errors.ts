@@ -1,0 +1,77 @@
+/**
+ * The one place that shapes failure bodies: RFC 9457 problem+json for REST resources. OAuth
+ * endpoints (a later issue) get their RFC 6749 error object from here too.
+ */
+
+export interface FieldError {
+  path: string
+  message: string
+}
+
+export interface Problem {
+  type: string
+  title: string
+  status: number
+  detail: string
+  code: string
+  request_id: string
+  errors?: FieldError[]
+}
+
+const TITLES: Record<number, string> = {
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'Not Found',
+  405: 'Method Not Allowed',
+  409: 'Conflict',
+  413: 'Content Too Large',
+  415: 'Unsupported Media Type',
+  422: 'Unprocessable Content',
+  429: 'Too Many Requests',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
+}
+
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json'
+export const PROBLEM_TYPE_BASE = 'https://docs.messaging.example/errors/'
+
+/**
+ * A failure the client is meant to see. `problemCode` (not `code`: Elysia reserves that name on
+ * error classes) is the stable snake_case string integrators switch on.
+ */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly problemCode: string,
+    readonly detail: string,
+    readonly options: { errors?: FieldError[]; headers?: Record<string, string> } = {},
+  ) {
+    super(detail)
+  }
+}
+
+export const badRequest = (code: string, detail: string, errors?: FieldError[]) => new ApiError(400, code, detail, { errors })
+export const notFound = (detail = 'No such resource.') => new ApiError(404, 'not_found', detail)
+export const validationFailed = (errors: FieldError[]) =>
+  new ApiError(422, 'validation_failed', 'The request body or parameters are invalid; see errors.', { errors })
+
+export function problemBody(error: ApiError, requestId: string): Problem {
+  const body: Problem = {
+    type: `${PROBLEM_TYPE_BASE}${error.problemCode}`,
+    title: TITLES[error.status] ?? 'Error',
+    status: error.status,
+    detail: error.detail,
+    code: error.problemCode,
+    request_id: requestId,
+  }
+  if (error.options.errors?.length) body.errors = error.options.errors
+  return body
+}
+
+export function problemResponse(error: ApiError, requestId: string, extraHeaders: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify(problemBody(error, requestId)), {
+    status: error.status,
+    headers: { 'content-type': PROBLEM_CONTENT_TYPE, 'x-request-id': requestId, ...extraHeaders, ...error.options.headers },
+  })
+}

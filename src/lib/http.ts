@@ -1,0 +1,141 @@
+import { Elysia } from 'elysia'
+import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, problemBody, validationFailed, type FieldError } from './errors.ts'
+import { newId } from './ids.ts'
+import { redactedPath, type Logger } from './logger.ts'
+
+export const MAX_BODY_BYTES = 1024 * 1024
+
+const tooLarge = () => new ApiError(413, 'payload_too_large', `Request bodies are limited to ${MAX_BODY_BYTES} bytes.`)
+
+const requestStarts = new WeakMap<Request, number>()
+
+async function readLimitedText(request: Request): Promise<string> {
+  if (!request.body) return ''
+  const reader = request.body.getReader()
+  const chunks: Uint8Array[] = []
+  let size = 0
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    size += value.byteLength
+    if (size > MAX_BODY_BYTES) {
+      await reader.cancel()
+      throw tooLarge()
+    }
+    chunks.push(value)
+  }
+  const bytes = new Uint8Array(size)
+  let offset = 0
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset)
+    offset += chunk.byteLength
+  }
+  return new TextDecoder().decode(bytes)
+}
+
+function isJsonContentType(contentType: string): boolean {
+  const mediaType = contentType.split(';', 1)[0]!.trim().toLowerCase()
+  return mediaType === 'application/json' || (mediaType.startsWith('application/') && mediaType.endsWith('+json'))
+}
+
+interface ValidationIssue {
+  path?: string
+  message?: string
+}
+
+function fieldErrors(error: { all?: ValidationIssue[] }, part: string): FieldError[] {
+  const seen = new Set<string>()
+  const errors: FieldError[] = []
+  for (const issue of error.all ?? []) {
+    const path = issue.path || '/'
+    const message = issue.message ?? 'Invalid value'
+    const key = `${path}\u0000${message}`
+    if (seen.has(key)) continue
+    seen.add(key)
+    errors.push({ path: part === 'body' ? path : `${part}:${path}`, message })
+    if (errors.length === 20) break
+  }
+  return errors
+}
+
+/** Maps whatever was thrown to the ApiError a client may see; null means "our fault". */
+function toApiError(code: string | number, error: unknown): ApiError | null {
+  if (error instanceof ApiError) return error
+  switch (code) {
+    case 'PARSE': {
+      const cause = (error as { cause?: unknown }).cause
+      return cause instanceof ApiError ? cause : badRequest('invalid_json', 'The request body is not valid JSON.')
+    }
+    case 'VALIDATION': {
+      const validation = error as { type?: string; all?: ValidationIssue[] }
+      return validationFailed(fieldErrors(validation, validation.type ?? 'body'))
+    }
+    case 'NOT_FOUND':
+      return new ApiError(404, 'not_found', 'No such endpoint.')
+    case 'INVALID_COOKIE_SIGNATURE':
+    case 'INVALID_FILE_TYPE':
+      return badRequest('invalid_request', 'The request is malformed.')
+    default:
+      return null
+  }
+}
+
+/**
+ * Request plumbing shared by every route: a request id on every response, the body limit,
+ * JSON parsing, one problem+json body for every failure, one log line per request.
+ */
+export function httpFoundation(logger: Logger) {
+  return new Elysia()
+    .error({ ApiError })
+    .onRequest(({ request, set }) => {
+      requestStarts.set(request, performance.now())
+      set.headers['x-request-id'] = newId('req')
+      const declaredLength = request.headers.get('content-length')
+      if (declaredLength !== null && Number(declaredLength) > MAX_BODY_BYTES) throw tooLarge()
+    })
+    .onParse({ as: 'global' }, async ({ request, contentType }) => {
+      if (!contentType) {
+        const text = await readLimitedText(request)
+        if (text.length === 0) return undefined
+        throw new ApiError(415, 'unsupported_media_type', 'Send JSON bodies with Content-Type: application/json.')
+      }
+      if (!isJsonContentType(contentType)) {
+        throw new ApiError(415, 'unsupported_media_type', 'Send JSON bodies with Content-Type: application/json.')
+      }
+      const text = await readLimitedText(request)
+      if (text.trim().length === 0) return undefined
+      try {
+        return JSON.parse(text)
+      } catch {
+        throw badRequest('invalid_json', 'The request body is not valid JSON.')
+      }
+    })
+    .onError({ as: 'global' }, ({ code, error, set, request }) => {
+      const requestId = String(set.headers['x-request-id'] ?? newId('req'))
+      set.headers['x-request-id'] = requestId
+      let apiError = toApiError(code, error)
+      if (!apiError) {
+        logger.error('unhandled error', {
+          request_id: requestId,
+          path: redactedPath(request.url),
+          error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+          stack: error instanceof Error ? error.stack : undefined,
+        })
+        apiError = new ApiError(500, 'internal_error', `Something went wrong on our side. Quote ${requestId} when reporting it.`)
+      }
+      set.status = apiError.status
+      set.headers['content-type'] = PROBLEM_CONTENT_TYPE
+      for (const [name, value] of Object.entries(apiError.options.headers ?? {})) set.headers[name] = value
+      return problemBody(apiError, requestId)
+    })
+    .onAfterResponse({ as: 'global' }, ({ request, set }) => {
+      const start = requestStarts.get(request)
+      logger.info('request', {
+        method: request.method,
+        path: redactedPath(request.url),
+        status: typeof set.status === 'number' ? set.status : 200,
+        duration_ms: start === undefined ? undefined : Math.round((performance.now() - start) * 100) / 100,
+        request_id: set.headers['x-request-id'],
+      })
+    })
+}

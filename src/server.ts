@@ -1,0 +1,62 @@
+import { chmodSync, rmSync } from 'node:fs'
+import { boot, logFirstRunHint } from './boot.ts'
+import { MAX_BODY_BYTES } from './lib/http.ts'
+import { runCommand } from './cli/commands.ts'
+import { cliSocketPath, type ForwardedCommand } from './cli/socket.ts'
+
+// The Bun adapter: everything Bun-specific (Bun.serve, the CLI socket) stays in this file.
+const booted = await boot(process.env)
+const { config, logger, database, service } = booted
+
+const server = Bun.serve({
+  port: config.port,
+  hostname: config.host,
+  fetch: service.app.fetch,
+  // Above the app's own 1 MB limit, so the app answers 413 with a problem body; this is the backstop.
+  maxRequestBodySize: MAX_BODY_BYTES * 8,
+})
+
+let cliSocket: ReturnType<typeof Bun.serve> | undefined
+if (database.handle.kind === 'pglite') {
+  const path = cliSocketPath(config.dataDir)
+  rmSync(path, { force: true })
+  cliSocket = Bun.serve({
+    unix: path,
+    async fetch(request) {
+      const { argv } = (await request.json()) as ForwardedCommand
+      const result = await runCommand(argv, { db: database.handle.db, baseUrl: config.baseUrl })
+      await service.syncCaches()
+      return Response.json(result)
+    },
+  })
+  chmodSync(path, 0o600)
+}
+
+logger.info('listening', {
+  url: `http://${config.host}:${server.port}`,
+  public_url: config.publicUrl,
+  database: database.handle.kind === 'postgres' ? 'postgresql' : `pglite:${config.dataDir}`,
+})
+await logFirstRunHint(booted)
+
+let stopping = false
+async function shutdown(signal: string) {
+  if (stopping) return
+  stopping = true
+  logger.info('shutting down', { signal })
+  const force = setTimeout(() => {
+    logger.warn('in-flight requests did not finish in 10 s; closing them')
+    void server.stop(true)
+  }, 10_000)
+  await server.stop()
+  clearTimeout(force)
+  service.stop()
+  if (cliSocket) {
+    await cliSocket.stop(true)
+    rmSync(cliSocketPath(config.dataDir), { force: true })
+  }
+  await database.close()
+  process.exit(0)
+}
+process.on('SIGTERM', () => void shutdown('SIGTERM'))
+process.on('SIGINT', () => void shutdown('SIGINT'))

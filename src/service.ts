@@ -1,0 +1,77 @@
+import type { Config } from './lib/config.ts'
+import type { DatabaseHandle } from './lib/db/client.ts'
+import { openPgliteDirectory, pgliteDatabase, postgresDatabase } from './lib/db/client.ts'
+import { migratePgliteDatabase, migratePostgresDatabase } from './lib/db/migrate.ts'
+import { acquireDataDirLock } from './lib/db/data-dir-lock.ts'
+import { startInvalidationFeed } from './lib/invalidation-feed.ts'
+import type { Logger } from './lib/logger.ts'
+import { createApp, type App } from './app.ts'
+import { createAccountReader } from './accounts/account-cache.ts'
+import { createApiKeyAuthenticator, newApiKeyCache } from './auth/authenticator.ts'
+import { prepareActiveKeyLookup } from './auth/api-keys.ts'
+
+export interface OpenedDatabase {
+  handle: DatabaseHandle
+  close(): Promise<void>
+}
+
+/**
+ * The configured database, migrated. PostgreSQL when DATABASE_URL is set; otherwise PGlite in
+ * DATA_DIR, which this process locks for as long as it has it open.
+ */
+export async function openConfiguredDatabase(config: Config): Promise<OpenedDatabase> {
+  if (config.databaseUrl) {
+    await migratePostgresDatabase(config.databaseUrl)
+    const handle = postgresDatabase(config.databaseUrl)
+    return { handle, close: () => handle.close() }
+  }
+  const lock = acquireDataDirLock(config.dataDir)
+  try {
+    const handle = pgliteDatabase(await openPgliteDirectory(config.dataDir))
+    await migratePgliteDatabase(handle)
+    return {
+      handle,
+      async close() {
+        await handle.close()
+        lock.release()
+      },
+    }
+  } catch (error) {
+    lock.release()
+    throw error
+  }
+}
+
+export interface Service {
+  app: App
+  /** Applies recent cache invalidations now instead of at the next poll. */
+  syncCaches(): Promise<void>
+  /** Stops background work; the database stays open (its owner closes it). */
+  stop(): void
+}
+
+/** Wires the features over an open, migrated database. */
+export async function createService(options: { config: Config; logger: Logger; handle: DatabaseHandle }): Promise<Service> {
+  const { config, logger, handle } = options
+  const keyCache = newApiKeyCache()
+  const accounts = createAccountReader(handle.db)
+  const feed = await startInvalidationFeed({
+    db: handle.db,
+    logger,
+    onInvalidated(kind, subjectId) {
+      if (kind === 'api_key') keyCache.deleteBySecondaryKey(subjectId)
+      else if (kind === 'account') accounts.cache.delete(subjectId)
+    },
+    onResync() {
+      keyCache.clear()
+      accounts.cache.clear()
+    },
+  })
+  const authenticateApiKey = createApiKeyAuthenticator({
+    findActiveKey: prepareActiveKeyLookup(handle.db),
+    isCacheTrusted: feed.isFresh,
+    cache: keyCache,
+  })
+  const app = createApp({ config, db: handle.db, logger, authenticateApiKey, accounts, isCacheTrusted: feed.isFresh })
+  return { app, syncCaches: feed.pollNow, stop: () => feed.stop() }
+}
