@@ -38,6 +38,7 @@ export function accountRoutes(deps: AccountRoutesDeps) {
       },
       {
         auth: { scope: null },
+        parse: 'json',
         body: UpdateAccountBody,
         response: { 200: AccountSchema },
         detail: { summary: 'Rename the caller\'s account', security: [{ apiKey: [] }] },

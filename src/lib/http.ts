@@ -83,6 +83,9 @@ function toApiError(code: string | number, error: unknown): ApiError | null {
 /**
  * Request plumbing shared by every route: a request id on every response, the body limit,
  * JSON parsing, one problem+json body for every failure, one log line per request.
+ *
+ * Routes with a body still declare `parse: 'json'`: the OpenAPI document reads media types
+ * from there, while the parser below (which runs first) does the parsing.
  */
 export function httpFoundation(logger: Logger) {
   return new Elysia()
@@ -103,7 +106,6 @@ export function httpFoundation(logger: Logger) {
         throw new ApiError(415, 'unsupported_media_type', 'Send JSON bodies with Content-Type: application/json.')
       }
       const text = await readLimitedText(request)
-      if (text.trim().length === 0) return undefined
       try {
         return JSON.parse(text)
       } catch {

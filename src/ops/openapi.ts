@@ -9,6 +9,22 @@ const UI_ASSETS: Record<string, string> = {
   'swagger-ui-bundle.js': 'application/javascript; charset=utf-8',
   'swagger-ui.css': 'text/css; charset=utf-8',
 }
+const REFERENCE_PAGE = `<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
+  <title>Messaging Service API reference</title>
+  <link rel="stylesheet" href="/v0/docs/assets/swagger-ui.css">
+</head>
+<body>
+  <div id="reference"></div>
+  <script src="/v0/docs/assets/swagger-ui-bundle.js"></script>
+  <script>window.onload = () => { window.ui = SwaggerUIBundle({ url: '/v0/openapi.json', dom_id: '#reference' }) }</script>
+</body>
+</html>
+`
+
 const assetCache = new Map<string, Promise<Uint8Array<ArrayBuffer>>>()
 
 function loadAsset(name: string): Promise<Uint8Array<ArrayBuffer>> {
@@ -27,12 +43,8 @@ export function apiReference(options: { publicUrl: string }) {
       openapi({
         path: '/v0/docs',
         specPath: '/v0/openapi.json',
-        provider: 'swagger-ui',
-        swagger: {
-          cdn: '/v0/docs/assets/swagger-ui-bundle.js',
-          theme: '/v0/docs/assets/swagger-ui.css',
-          autoDarkMode: false,
-        },
+        // The plugin's own page resolves the spec relative to the site root; ours is below.
+        provider: null,
         exclude: { paths: [/^\/v0\/docs/, '/v0/openapi.json'] },
         documentation: {
           info: {
@@ -50,6 +62,14 @@ export function apiReference(options: { publicUrl: string }) {
           },
         },
       }),
+    )
+    .get(
+      '/v0/docs',
+      ({ set }) => {
+        set.headers['content-type'] = 'text/html; charset=utf-8'
+        return REFERENCE_PAGE
+      },
+      { detail: { hide: true } },
     )
     .get(
       '/v0/docs/assets/:file',

@@ -127,8 +127,8 @@ describe('PATCH /v0/account', () => {
     for (const body of ['[]', 'null', '"name"', '7']) await expectProblem(await patch(body), 422, 'validation_failed')
   })
 
-  test('an empty body: 422', async () => {
-    await expectProblem(await patch(''), 422, 'validation_failed')
+  test('an empty body: 400 invalid_json', async () => {
+    await expectProblem(await patch(''), 400, 'invalid_json')
   })
 
   test('a wrong content type: 415', async () => {

@@ -1,0 +1,52 @@
+import { describe, expect, test } from 'bun:test'
+import { ConfigError, loadConfig } from '../../src/lib/config.ts'
+
+describe('loadConfig', () => {
+  test('defaults follow SPEC §1', () => {
+    expect(loadConfig({})).toEqual({
+      port: 3000,
+      host: '127.0.0.1',
+      publicUrl: 'http://localhost:3000',
+      baseUrl: 'http://localhost:3000/v0',
+      databaseUrl: undefined,
+      dataDir: './data',
+      logLevel: 'info',
+    })
+  })
+
+  test('PUBLIC_URL defaults to the port and sets {base_url}', () => {
+    expect(loadConfig({ PORT: '8080' }).baseUrl).toBe('http://localhost:8080/v0')
+    const config = loadConfig({ PUBLIC_URL: 'https://api.example.com/' })
+    expect(config.publicUrl).toBe('https://api.example.com')
+    expect(config.baseUrl).toBe('https://api.example.com/v0')
+  })
+
+  test('empty values count as unset', () => {
+    expect(loadConfig({ DATABASE_URL: '', PORT: '' }).databaseUrl).toBeUndefined()
+  })
+
+  const bad: [Record<string, string>, string][] = [
+    [{ PORT: 'eighty' }, 'PORT'],
+    [{ PORT: '70000' }, 'PORT'],
+    [{ PORT: '-1' }, 'PORT'],
+    [{ LOG_LEVEL: 'verbose' }, 'LOG_LEVEL'],
+    [{ DATABASE_URL: 'mysql://localhost/db' }, 'DATABASE_URL'],
+    [{ PUBLIC_URL: 'not a url' }, 'PUBLIC_URL'],
+    [{ PUBLIC_URL: 'ftp://example.com' }, 'PUBLIC_URL'],
+    [{ PUBLIC_URL: 'https://example.com/?x=1' }, 'PUBLIC_URL'],
+    [{ PUBLIC_URL: 'https://user:pw@example.com' }, 'PUBLIC_URL'],
+  ]
+  for (const [env, variable] of bad) {
+    test(`${JSON.stringify(env)} is refused with a message naming ${variable}`, () => {
+      let error: unknown
+      try {
+        loadConfig(env)
+      } catch (caught) {
+        error = caught
+      }
+      expect(error).toBeInstanceOf(ConfigError)
+      expect((error as Error).message.startsWith(`${variable}:`)).toBe(true)
+      expect((error as Error).message).not.toContain('\n')
+    })
+  }
+})
