@@ -373,7 +373,7 @@ async function main(): Promise<number> {
     console.error('wrk is not installed: apt-get install wrk')
     return 1
   }
-  const wrkVersion = (await runCommand(['wrk', '-v'], process.env as Record<string, string>, 5000)).stdout.split('\n')[0]!.trim()
+  const wrkVersion = (await runCommand(['wrk', '-v'], process.env as Record<string, string>, 5000)).stdout.split('\n')[0]!.replace(/ Copyright.*/, '').trim()
   const nproc = (await runCommand(['nproc'], process.env as Record<string, string>, 5000).catch(() => null))?.stdout.trim() || String(availableParallelism())
   const workDir = mkdtempSync(join(tmpdir(), 'bench-account-'))
   cleanups.push(() => rmSync(workDir, { recursive: true, force: true }))

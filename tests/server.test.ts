@@ -1,0 +1,88 @@
+import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
+import { ROOT, freshDataDir, runCli, startServerProcess } from './support/process.ts'
+import { createTestDatabase } from './support/database.ts'
+
+// The real entry point, src/server.ts, as an operator runs it: on PGlite in a fresh DATA_DIR,
+// and on PostgreSQL when the suite runs against it.
+// Each test starts real processes (PGlite alone takes seconds to open).
+setDefaultTimeout(60_000)
+const database = await createTestDatabase()
+afterAll(() => database.drop())
+const dataDir = freshDataDir()
+const env: Record<string, string> = database.url ? { DATABASE_URL: database.url } : { DATA_DIR: dataDir }
+if (database.url) await database.handle.close()
+
+describe('bun src/server.ts', () => {
+  test('first run: hints at the demo command; the CLI then gives a working key; SIGTERM stops cleanly', async () => {
+    const server = await startServerProcess(['bun', 'src/server.ts'], env)
+    try {
+      expect(server.output()).toContain('bun run cli demo')
+      const cli = await runCli(['demo', '--json'], { ...env, PORT: new URL(server.origin).port })
+      expect(cli.exitCode).toBe(0)
+      const demo = JSON.parse(cli.stdout)
+      const response = await fetch(`${server.origin}/v0/account?key=${demo.api_key.secret}`)
+      expect(response.status).toBe(200)
+      expect((await response.json()).id).toBe(demo.account.id)
+
+      const revoke = await runCli(['apikey', 'revoke', '--id', demo.api_key.id], env)
+      expect(revoke.exitCode).toBe(0)
+      let status = 200
+      for (let i = 0; i < 60 && status === 200; i++) {
+        status = (await fetch(`${server.origin}/v0/account?key=${demo.api_key.secret}`)).status
+        if (status === 200) await Bun.sleep(100)
+      }
+      expect(status).toBe(401)
+      expect(server.output()).not.toContain(demo.api_key.secret)
+    } finally {
+      expect(await server.stop('SIGTERM')).toBe(0)
+    }
+    if (!database.url) {
+      expect(existsSync(join(dataDir, 'service.lock'))).toBe(false)
+      expect(existsSync(join(dataDir, 'cli.sock'))).toBe(false)
+    }
+    expect(server.output()).toContain('"msg":"shutting down"')
+  })
+
+  test('a restart keeps the data and does not hint again', async () => {
+    const server = await startServerProcess(['bun', 'src/server.ts'], env)
+    try {
+      expect(server.output()).not.toContain('bun run cli demo')
+    } finally {
+      expect(await server.stop('SIGINT')).toBe(0)
+    }
+  })
+
+  test.if(!database.url)('a second process on the same DATA_DIR refuses to start, naming the holder', async () => {
+    const server = await startServerProcess(['bun', 'src/server.ts'], env)
+    try {
+      const second = Bun.spawnSync(['bun', 'src/server.ts'], { cwd: ROOT, env: { ...process.env, ...env, PORT: '0' } })
+      expect(second.exitCode).toBe(1)
+      const message = second.stderr.toString().trim()
+      expect(message).toContain(`in use by process ${server.process.pid}`)
+      expect(message.split('\n')).toHaveLength(1)
+    } finally {
+      await server.stop()
+    }
+  })
+
+  test('bad configuration stops the process with one line naming the variable', () => {
+    for (const [variable, value] of [['PORT', 'http'], ['LOG_LEVEL', 'loud'], ['PUBLIC_URL', 'localhost:3000']] as const) {
+      const result = Bun.spawnSync(['bun', 'src/server.ts'], { cwd: ROOT, env: { ...process.env, ...env, [variable]: value } })
+      expect(result.exitCode).toBe(1)
+      const lines = result.stderr.toString().trim().split('\n')
+      expect(lines).toHaveLength(1)
+      expect(lines[0]).toStartWith(`Invalid configuration: ${variable}:`)
+    }
+  })
+
+  test.if(!!database.url)('an unreachable DATABASE_URL stops the process with one line', () => {
+    const result = Bun.spawnSync(['bun', 'src/server.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, DATABASE_URL: 'postgres://postgres@127.0.0.1:1/nowhere' },
+    })
+    expect(result.exitCode).toBe(1)
+    expect(result.stderr.toString().trim()).toStartWith('DATABASE_URL: cannot open the database')
+  })
+})
