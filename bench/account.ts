@@ -191,11 +191,44 @@ async function startServer(name: string, cmd: string[], env: Record<string, stri
   fail(`${name} was not ready on port ${port} within 60 s.\nstderr:\n${tail(stderrPath)}`)
 }
 
-async function runCommand(cmd: string[], env: Record<string, string>, timeoutMs: number): Promise<{ code: number; stdout: string; stderr: string }> {
+async function runCommand(
+  cmd: string[],
+  env: Record<string, string>,
+  timeoutMs: number,
+): Promise<{ code: number; stdout: string; stderr: string; cpuSeconds: number }> {
   const proc = spawnChild(cmd, { cwd: ROOT, env, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe', timeout: timeoutMs, killSignal: 'SIGKILL' })
   const [stdout, stderr] = await Promise.all([new Response(proc.stdout as ReadableStream).text(), new Response(proc.stderr as ReadableStream).text()])
   const code = await proc.exited
-  return { code, stdout, stderr }
+  const usage = proc.resourceUsage()
+  return { code, stdout, stderr, cpuSeconds: usage ? Number(usage.cpuTime.total) / 1e6 : Number.NaN }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU accounting (Linux /proc): who used the 2 cores during a measured phase. Other processes on
+// the machine (a test run, another benchmark) show up as "other" and explain outliers.
+
+const CLOCK_TICKS = 100
+
+function processCpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS // utime + stime, all threads
+  } catch {
+    return Number.NaN
+  }
+}
+
+function systemBusySeconds(): number {
+  try {
+    const [, ...ticks] = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/)
+    const [user, nice, system, idle, iowait, irq, softirq, steal] = ticks.map(Number) as number[]
+    void idle
+    void iowait
+    return (user! + nice! + system! + irq! + softirq! + steal!) / CLOCK_TICKS
+  } catch {
+    return Number.NaN
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -203,6 +236,12 @@ async function runCommand(cmd: string[], env: Record<string, string>, timeoutMs:
 
 interface WrkResult {
   requestsPerSec: number
+  /** CPU cores used on average during the measured phase, by our server, by wrk, by everything else. */
+  serverCores: number
+  wrkCores: number
+  otherCores: number
+  /** Server CPU time per request, microseconds: the cost of one request, far less noisy than req/s. */
+  serverUsPerRequest: number
   requests: number
   avgMs: number | null
   p50Ms: number | null
@@ -238,6 +277,10 @@ function parseWrk(raw: string): WrkResult {
   const socket = raw.match(/Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/)
   return {
     requestsPerSec: Number(rps[1]),
+    serverCores: Number.NaN,
+    wrkCores: Number.NaN,
+    otherCores: Number.NaN,
+    serverUsPerRequest: Number.NaN,
     requests: Number(raw.match(/(\d+) requests in/)?.[1] ?? Number.NaN),
     avgMs: latency('Latency'),
     p50Ms: latency('50%'),
@@ -252,11 +295,22 @@ function parseWrk(raw: string): WrkResult {
 
 const redact = (text: string) => text.replace(/([?&]key=)[^\s&]+/g, '$1[REDACTED]')
 
-async function wrk(url: string, durationSec: number): Promise<WrkResult> {
+async function wrk(url: string, durationSec: number, serverPid: number): Promise<WrkResult> {
   const cmd = ['wrk', `-t${THREADS}`, `-c${CONNECTIONS}`, `-d${durationSec}s`, '--latency', url]
+  const started = performance.now()
+  const busyBefore = systemBusySeconds()
+  const serverBefore = processCpuSeconds(serverPid)
   const result = await runCommand(cmd, process.env as Record<string, string>, (durationSec + 20) * 1000)
+  const serverCpu = processCpuSeconds(serverPid) - serverBefore
+  const busy = systemBusySeconds() - busyBefore
+  const wall = (performance.now() - started) / 1000
   if (result.code !== 0) fail(`wrk exited with ${result.code}:\n${redact(result.stderr || result.stdout)}`)
-  return parseWrk(result.stdout)
+  const parsed = parseWrk(result.stdout)
+  parsed.serverCores = serverCpu / wall
+  parsed.wrkCores = result.cpuSeconds / wall
+  parsed.otherCores = Math.max(0, busy - serverCpu - result.cpuSeconds) / wall
+  parsed.serverUsPerRequest = (serverCpu / parsed.requests) * 1e6
+  return parsed
 }
 
 interface Measurement {
@@ -269,14 +323,18 @@ interface Measurement {
 
 const problems: string[] = []
 
-async function load(label: string, db: string, logLevel: string, port: number, pathAndQuery: string, displayPath: string): Promise<Measurement> {
-  const url = `http://127.0.0.1:${port}${pathAndQuery}`
+async function load(label: string, db: string, logLevel: string, server: Server, pathAndQuery: string, displayPath: string): Promise<Measurement> {
+  const url = `http://127.0.0.1:${server.port}${pathAndQuery}`
   process.stdout.write(`  ${label.padEnd(34)} warm-up ${WARMUP}s, measure ${DURATION}s … `)
-  if (WARMUP > 0) await wrk(url, WARMUP)
-  const result = await wrk(url, DURATION)
+  if (WARMUP > 0) await wrk(url, WARMUP, server.proc.pid)
+  const result = await wrk(url, DURATION, server.proc.pid)
   const errors = result.socketErrors
   const errorCount = result.non2xx + errors.connect + errors.read + errors.write + errors.timeout
-  console.log(`${Math.round(result.requestsPerSec).toLocaleString('en-US')} req/s${errorCount ? '  (ERRORS, see below)' : ''}`)
+  console.log(
+    `${fmtInt(result.requestsPerSec).padStart(7)} req/s, server ${result.serverUsPerRequest.toFixed(1)} µs CPU/req, ` +
+      `CPU cores: server ${result.serverCores.toFixed(2)} wrk ${result.wrkCores.toFixed(2)} other ${result.otherCores.toFixed(2)}` +
+      `${errorCount ? '  (ERRORS, see below)' : ''}`,
+  )
   if (errorCount) {
     problems.push(
       `${label}: ${result.non2xx} non-2xx/3xx responses, socket errors connect ${errors.connect} read ${errors.read} write ${errors.write} timeout ${errors.timeout}\n` +
@@ -405,7 +463,7 @@ async function main(): Promise<number> {
       const bare = await startServer(`bare-r${round}`, [BUN, 'bench/bare-server.ts'], childEnv({ PORT: String(port) }), port, '/', workDir)
       try {
         await expectOk(`http://127.0.0.1:${port}/`, 'bare server')
-        measurements.push(await load('bare Bun.serve', '–', '–', port, '/', '/'))
+        measurements.push(await load('bare Bun.serve', '–', '–', bare, '/', '/'))
       } finally {
         await stopChild(bare.proc)
       }
@@ -436,9 +494,9 @@ async function main(): Promise<number> {
         const body = (await expectOk(`http://127.0.0.1:${port}${accountPath}`, `GET /v0/account?key=… (LOG_LEVEL=${logLevel})`)) as { id?: string }
         if (accountId && body.id !== accountId) fail(`GET /v0/account answered account ${body.id}, expected ${accountId}`)
 
-        measurements.push(await load(`account, ${dbLabel}, LOG_LEVEL=${logLevel}`, dbLabel, logLevel, port, accountPath, '/v0/account?key=…'))
+        measurements.push(await load(`account, ${dbLabel}, LOG_LEVEL=${logLevel}`, dbLabel, logLevel, server, accountPath, '/v0/account?key=…'))
         if (!opts['skip-healthz']) {
-          measurements.push(await load(`/healthz, ${dbLabel}, LOG_LEVEL=${logLevel}`, dbLabel, logLevel, port, '/healthz', '/healthz'))
+          measurements.push(await load(`/healthz, ${dbLabel}, LOG_LEVEL=${logLevel}`, dbLabel, logLevel, server, '/healthz', '/healthz'))
         }
       } finally {
         await stopChild(server.proc)
@@ -469,6 +527,9 @@ async function main(): Promise<number> {
       rps: pick((r) => r.requestsPerSec)!,
       p50: pick((r) => r.p50Ms),
       p99: pick((r) => r.p99Ms),
+      usPerRequest: pick((r) => r.serverUsPerRequest)!,
+      serverCores: pick((r) => r.serverCores)!,
+      otherCores: pick((r) => r.otherCores)!,
       requests: ms.reduce((sum, m) => sum + m.result.requests, 0),
       errors: ms.reduce((sum, m) => sum + m.result.non2xx + Object.values(m.result.socketErrors).reduce((a, b) => a + b, 0), 0),
     }
@@ -476,10 +537,25 @@ async function main(): Promise<number> {
   const bareRps = summary.find((s) => s.label === 'bare Bun.serve')!.rps
 
   console.log(`Results (${ROUNDS > 1 ? `medians of ${ROUNDS} rounds` : 'one round'}; wrk -t${THREADS} -c${CONNECTIONS} -d${DURATION}s):`)
+  const bareUs = summary.find((s) => s.label === 'bare Bun.serve')!.usPerRequest
   printTable([
-    ['configuration', 'req/s', 'vs bare', 'p50', 'p99', 'requests', 'errors'],
-    ...summary.map((s) => [s.label, fmtInt(s.rps), (s.rps / bareRps).toFixed(2), fmtMs(s.p50), fmtMs(s.p99), fmtInt(s.requests), String(s.errors)]),
+    ['configuration', 'req/s', 'vs bare', 'p50', 'p99', 'server µs CPU/req', 'vs bare (CPU)', 'server cores', 'other cores', 'requests', 'errors'],
+    ...summary.map((s) => [
+      s.label,
+      fmtInt(s.rps),
+      (s.rps / bareRps).toFixed(2),
+      fmtMs(s.p50),
+      fmtMs(s.p99),
+      s.usPerRequest.toFixed(1),
+      (bareUs / s.usPerRequest).toFixed(2),
+      s.serverCores.toFixed(2),
+      s.otherCores.toFixed(2),
+      fmtInt(s.requests),
+      String(s.errors),
+    ]),
   ])
+  console.log('vs bare (CPU): bare server CPU per request / this one: the same ratio measured in CPU cost, less sensitive to')
+  console.log('other load on the machine ("other cores" is CPU used by processes this script did not start).')
   console.log()
 
   if (problems.length) {

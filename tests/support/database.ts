@@ -98,7 +98,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
       await migratePgliteDatabase(pgliteDatabase(template))
       return template
     })()
-    const handle = pgliteDatabase(await (await pgliteTemplate).clone())
+    const handle = pgliteDatabase((await (await pgliteTemplate).clone()) as PGlite)
     return { handle, url: undefined, drop: () => handle.close() }
   }
   postgresTemplate ??= ensurePostgresTemplate(mode.serverUrl)
