@@ -13,6 +13,16 @@ const DISPLAYED_SECRET_CHARS = API_KEY_PREFIX.length + 4
 
 export type ApiKey = Omit<typeof apiKeys.$inferSelect, 'secretHash'>
 
+/** Every column but the hash: what callers of this module ever see of a key. */
+const apiKeyColumns = {
+  id: apiKeys.id,
+  accountId: apiKeys.accountId,
+  name: apiKeys.name,
+  secretPrefix: apiKeys.secretPrefix,
+  createdAt: apiKeys.createdAt,
+  revokedAt: apiKeys.revokedAt,
+}
+
 export interface CreatedApiKey {
   key: ApiKey
   /** Shown once, at creation; only its hash is stored. */
@@ -31,14 +41,7 @@ export async function createApiKey(db: Database, input: { accountId: string; nam
         secretPrefix: secret.slice(0, DISPLAYED_SECRET_CHARS),
         secretHash: sha256Hex(secret),
       })
-      .returning({
-        id: apiKeys.id,
-        accountId: apiKeys.accountId,
-        name: apiKeys.name,
-        secretPrefix: apiKeys.secretPrefix,
-        createdAt: apiKeys.createdAt,
-        revokedAt: apiKeys.revokedAt,
-      })
+      .returning(apiKeyColumns)
     return { key: key!, secret }
   } catch (error) {
     if (isForeignKeyViolation(error)) throw new ApiError(404, 'not_found', `No account ${input.accountId}.`)
@@ -48,14 +51,7 @@ export async function createApiKey(db: Database, input: { accountId: string; nam
 
 export async function listApiKeys(db: Database, accountId: string): Promise<ApiKey[]> {
   return db
-    .select({
-      id: apiKeys.id,
-      accountId: apiKeys.accountId,
-      name: apiKeys.name,
-      secretPrefix: apiKeys.secretPrefix,
-      createdAt: apiKeys.createdAt,
-      revokedAt: apiKeys.revokedAt,
-    })
+    .select(apiKeyColumns)
     .from(apiKeys)
     .where(eq(apiKeys.accountId, accountId))
     .orderBy(desc(apiKeys.id))
