@@ -19,7 +19,7 @@ export interface AppDeps {
   isCacheTrusted(): boolean
 }
 
-/** The whole HTTP surface as one Elysia app; `createApp(deps).fetch` serves it on any runtime. */
+/** The whole HTTP surface as one Elysia app; runtimes serve it through `requestHandler` (src/lib/http.ts). */
 export function createApp(deps: AppDeps) {
   const resourceMetadataUrl = `${deps.config.publicUrl}/.well-known/oauth-protected-resource/v0`
   return new Elysia({ normalize: false })

@@ -20,14 +20,16 @@ const server = Deno.serve(
     hostname: config.host,
     onListen: ({ port }) => logger.info('listening', { url: `http://${config.host}:${port}`, runtime: 'deno' }),
   },
-  service.app.fetch,
+  service.fetch,
 )
 await logFirstRunHint(booted)
+await logger.flush()
 
 async function shutdown() {
   await server.shutdown()
   service.stop()
   await database.close()
+  await logger.flush()
   Deno.exit(0)
 }
 Deno.addSignalListener('SIGTERM', () => void shutdown())

@@ -11,7 +11,7 @@ const { config, logger, database, service } = booted
 const server = Bun.serve({
   port: config.port,
   hostname: config.host,
-  fetch: service.app.fetch,
+  fetch: service.fetch,
   // Above the app's own 1 MB limit, so the app answers 413 with a problem body; this is the backstop.
   maxRequestBodySize: MAX_BODY_BYTES * 8,
 })
@@ -38,6 +38,7 @@ logger.info('listening', {
   database: database.handle.kind === 'postgres' ? 'postgresql' : `pglite:${config.dataDir}`,
 })
 await logFirstRunHint(booted)
+await logger.flush()
 
 let stopping = false
 async function shutdown(signal: string) {
@@ -56,6 +57,7 @@ async function shutdown(signal: string) {
     rmSync(cliSocketPath(config.dataDir), { force: true })
   }
   await database.close()
+  await logger.flush()
   process.exit(0)
 }
 process.on('SIGTERM', () => void shutdown('SIGTERM'))

@@ -5,6 +5,7 @@ import { migratePgliteDatabase, migratePostgresDatabase } from './lib/db/migrate
 import { acquireDataDirLock } from './lib/db/data-dir-lock.ts'
 import { startInvalidationFeed } from './lib/invalidation-feed.ts'
 import type { Logger } from './lib/logger.ts'
+import { requestHandler, type FetchHandler } from './lib/http.ts'
 import { createApp, type App } from './app.ts'
 import { createAccountReader } from './accounts/account-cache.ts'
 import { createApiKeyAuthenticator, newApiKeyCache } from './auth/authenticator.ts'
@@ -44,6 +45,8 @@ export async function openConfiguredDatabase(config: Config): Promise<OpenedData
 
 export interface Service {
   app: App
+  /** What a runtime serves: the app wrapped with request ids, the size check and request logs. */
+  fetch: FetchHandler
   /** Applies recent cache invalidations now instead of at the next poll. */
   syncCaches(): Promise<void>
   /** Stops background work; the database stays open (its owner closes it). */
@@ -73,5 +76,5 @@ export async function createService(options: { config: Config; logger: Logger; h
     cache: keyCache,
   })
   const app = createApp({ config, db: handle.db, logger, authenticateApiKey, accounts, isCacheTrusted: feed.isFresh })
-  return { app, syncCaches: feed.pollNow, stop: () => feed.stop() }
+  return { app, fetch: requestHandler(app, logger), syncCaches: feed.pollNow, stop: () => feed.stop() }
 }

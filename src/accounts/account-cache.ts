@@ -1,21 +1,24 @@
 import { TtlCache } from '../lib/cache.ts'
 import type { Database } from '../lib/db/client.ts'
-import { findAccount, type Account } from './service.ts'
+import { findAccount, toAccountResource, type AccountResource } from './service.ts'
 
 /**
  * Accounts change rarely and are read on every `GET /account`; renames reach other instances
- * through the invalidation feed, so the TTL only bounds memory, not staleness.
+ * through the invalidation feed, so the TTL only bounds memory, not staleness. Entries are the
+ * ready resource, so a hit formats nothing.
  */
 export function createAccountReader(db: Database, now?: () => number) {
-  const cache = new TtlCache<Account>({ maxEntries: 50_000, ttlMs: 10 * 60_000, now })
+  const cache = new TtlCache<AccountResource>({ maxEntries: 50_000, ttlMs: 10 * 60_000, now })
   return {
     cache,
-    async read(accountId: string, trustCache: boolean): Promise<Account | null> {
+    async read(accountId: string, trustCache: boolean): Promise<AccountResource | null> {
       const cached = trustCache ? cache.get(accountId) : undefined
       if (cached) return cached
       const account = await findAccount(db, accountId)
-      if (account) cache.set(accountId, account)
-      return account
+      if (!account) return null
+      const resource = toAccountResource(account)
+      cache.set(accountId, resource)
+      return resource
     },
   }
 }

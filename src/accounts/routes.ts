@@ -20,7 +20,7 @@ export function accountRoutes(deps: AccountRoutesDeps) {
       async ({ caller }) => {
         const account = await deps.accounts.read(caller.accountId, deps.isCacheTrusted())
         if (!account) throw notFound('The account no longer exists.')
-        return toAccountResource(account)
+        return account
       },
       {
         auth: { scope: 'account:read' },

@@ -1,4 +1,6 @@
 import { eq } from 'drizzle-orm'
+import type { Static } from 'elysia'
+import { AccountSchema } from './schemas.ts'
 import type { Database } from '../lib/db/client.ts'
 import { accounts, users } from '../lib/db/schema.ts'
 import { hashPassword } from '../lib/crypto.ts'
@@ -29,7 +31,9 @@ export async function renameAccount(db: Database, accountId: string, name: strin
   })
 }
 
-export function toAccountResource(account: Account) {
+export type AccountResource = Static<typeof AccountSchema>
+
+export function toAccountResource(account: Account): AccountResource {
   return { id: account.id, name: account.name, created_at: account.createdAt.toISOString() }
 }
 

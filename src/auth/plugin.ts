@@ -21,10 +21,31 @@ function unauthorized(deps: AuthPluginDeps, detail: string, tokenSent: boolean):
   return new ApiError(401, 'unauthorized', detail, { headers: { 'www-authenticate': challenge } })
 }
 
-// Elysia keeps one value of a repeated parameter; which one must not be left to chance.
-function hasRepeatedKeyParameter(url: string): boolean {
-  const first = url.indexOf('key=')
-  return url.indexOf('key=', first + 4) !== -1 && new URL(url).searchParams.getAll('key').length > 1
+const REPEATED = Symbol('repeated')
+
+/**
+ * The `key` query parameter, read straight from the URL: asking Elysia for `query` would parse
+ * every parameter of every request. A repeated `key` is reported, never resolved by picking one.
+ */
+export function keyParameter(url: string): string | undefined | typeof REPEATED {
+  const queryStart = url.indexOf('?')
+  if (queryStart === -1) return undefined
+  const fragment = url.indexOf('#', queryStart)
+  const queryEnd = fragment === -1 ? url.length : fragment
+  let found: string | undefined
+  for (let at = queryStart; at !== -1 && at < queryEnd; at = url.indexOf('&', at + 1)) {
+    if (!url.startsWith('key=', at + 1)) continue
+    if (found !== undefined) return REPEATED
+    const next = url.indexOf('&', at + 1)
+    found = url.slice(at + 5, next === -1 || next > queryEnd ? queryEnd : next)
+  }
+  if (found === undefined || (!found.includes('%') && !found.includes('+'))) return found
+  try {
+    return decodeURIComponent(found.replaceAll('+', ' '))
+  } catch {
+    // Not valid percent-encoding: it cannot be one of our keys either.
+    return found
+  }
 }
 
 /**
@@ -34,12 +55,10 @@ function hasRepeatedKeyParameter(url: string): boolean {
 export function authPlugin(deps: AuthPluginDeps) {
   return new Elysia().macro({
     auth: (requirement: AuthRequirement) => ({
-      async resolve({ request, query }): Promise<{ caller: Caller }> {
+      async resolve({ request }): Promise<{ caller: Caller }> {
         const authorization = request.headers.get('authorization')
-        const key = (query as Record<string, unknown>).key
-        if (key !== undefined && hasRepeatedKeyParameter(request.url)) {
-          throw new ApiError(400, 'ambiguous_credentials', 'Send ?key= once.')
-        }
+        const key = keyParameter(request.url)
+        if (key === REPEATED) throw new ApiError(400, 'ambiguous_credentials', 'Send ?key= once.')
         if (authorization !== null && key !== undefined) {
           throw new ApiError(400, 'ambiguous_credentials', 'Send either ?key= or an Authorization header, not both.')
         }
@@ -49,7 +68,7 @@ export function authPlugin(deps: AuthPluginDeps) {
         if (key === undefined) {
           throw unauthorized(deps, 'Authenticate with ?key=<API key> or Authorization: Bearer <access token>.', false)
         }
-        const caller = typeof key === 'string' ? await deps.authenticateApiKey(key) : null
+        const caller = await deps.authenticateApiKey(key)
         if (!caller) throw unauthorized(deps, 'The API key is invalid or has been revoked.', false)
         if (requirement.scope && !caller.scopes.includes(requirement.scope)) {
           throw new ApiError(403, 'forbidden', `This credential lacks the ${requirement.scope} scope.`, {

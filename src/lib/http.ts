@@ -1,13 +1,11 @@
 import { Elysia } from 'elysia'
-import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, problemBody, validationFailed, type FieldError } from './errors.ts'
+import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
 import { newId } from './ids.ts'
 import { redactedPath, type Logger } from './logger.ts'
 
 export const MAX_BODY_BYTES = 1024 * 1024
 
 const tooLarge = () => new ApiError(413, 'payload_too_large', `Request bodies are limited to ${MAX_BODY_BYTES} bytes.`)
-
-const requestStarts = new WeakMap<Request, number>()
 
 async function readLimitedText(request: Request): Promise<string> {
   if (!request.body) return ''
@@ -81,21 +79,13 @@ function toApiError(code: string | number, error: unknown): ApiError | null {
 }
 
 /**
- * Request plumbing shared by every route: a request id on every response, the body limit,
- * JSON parsing, one problem+json body for every failure, one log line per request.
- *
- * Routes with a body still declare `parse: 'json'`: the OpenAPI document reads media types
- * from there, while the parser below (which runs first) does the parsing.
+ * Inside the app: JSON parsing within the body limit and one problem+json body for every
+ * failure. Routes with a body still declare `parse: 'json'`: the OpenAPI document reads media
+ * types from there, while the parser below (which runs first) does the parsing.
  */
 export function httpFoundation(logger: Logger) {
   return new Elysia()
     .error({ ApiError })
-    .onRequest(({ request, set }) => {
-      requestStarts.set(request, performance.now())
-      set.headers['x-request-id'] = newId('req')
-      const declaredLength = request.headers.get('content-length')
-      if (declaredLength !== null && Number(declaredLength) > MAX_BODY_BYTES) throw tooLarge()
-    })
     .onParse({ as: 'global' }, async ({ request, contentType }) => {
       if (!contentType) {
         const text = await readLimitedText(request)
@@ -113,7 +103,8 @@ export function httpFoundation(logger: Logger) {
       }
     })
     .onError({ as: 'global' }, ({ code, error, set, request }) => {
-      const requestId = String(set.headers['x-request-id'] ?? newId('req'))
+      // The request id is made here only for failures; requestHandler adds one to every other response.
+      const requestId = newId('req')
       set.headers['x-request-id'] = requestId
       let apiError = toApiError(code, error)
       if (!apiError) {
@@ -130,14 +121,71 @@ export function httpFoundation(logger: Logger) {
       for (const [name, value] of Object.entries(apiError.options.headers ?? {})) set.headers[name] = value
       return problemBody(apiError, requestId)
     })
-    .onAfterResponse({ as: 'global' }, ({ request, set }) => {
-      const start = requestStarts.get(request)
+}
+
+export type FetchHandler = (request: Request) => Response | Promise<Response>
+
+function withRequestId(response: Response): [Response, string] {
+  const existing = response.headers.get('x-request-id')
+  if (existing !== null) return [response, existing]
+  const requestId = newId('req')
+  try {
+    response.headers.set('x-request-id', requestId)
+    return [response, requestId]
+  } catch {
+    // Some responses (redirects, proxied fetches) have immutable headers: copy them.
+    const copy = new Response(response.body, response)
+    copy.headers.set('x-request-id', requestId)
+    return [copy, requestId]
+  }
+}
+
+/**
+ * Around the app: the declared-size check, a request id on every response and one log line
+ * per request. Kept out of Elysia's lifecycle hooks, which cost microseconds on every request
+ * even when empty, and synchronous whenever the app answers synchronously (docs/performance.md).
+ */
+export function requestHandler(app: { fetch(request: Request): Response | Promise<Response> }, logger: Logger): FetchHandler {
+  const logRequests = logger.isEnabled('info')
+
+  const finish = (request: Request, start: number, answered: Response): Response => {
+    const [response, requestId] = withRequestId(answered)
+    if (logRequests) {
       logger.info('request', {
         method: request.method,
         path: redactedPath(request.url),
-        status: typeof set.status === 'number' ? set.status : 200,
-        duration_ms: start === undefined ? undefined : Math.round((performance.now() - start) * 100) / 100,
-        request_id: set.headers['x-request-id'],
+        status: response.status,
+        duration_ms: Math.round((performance.now() - start) * 100) / 100,
+        request_id: requestId,
       })
-    })
+    }
+    return response
+  }
+
+  const failed = (request: Request, error: unknown): Response => {
+    const requestId = newId('req')
+    logger.error('unhandled error', { request_id: requestId, path: redactedPath(request.url), error: String(error) })
+    return problemResponse(new ApiError(500, 'internal_error', `Something went wrong on our side. Quote ${requestId} when reporting it.`), requestId)
+  }
+
+  return function handle(request) {
+    const start = performance.now()
+    const declaredLength = request.headers.get('content-length')
+    if (declaredLength !== null && Number(declaredLength) > MAX_BODY_BYTES) {
+      return finish(request, start, problemResponse(tooLarge(), newId('req')))
+    }
+    let answered: Response | Promise<Response>
+    try {
+      answered = app.fetch(request)
+    } catch (error) {
+      return finish(request, start, failed(request, error))
+    }
+    if (answered instanceof Promise) {
+      return answered.then(
+        (response) => finish(request, start, response),
+        (error) => finish(request, start, failed(request, error)),
+      )
+    }
+    return finish(request, start, answered)
+  }
 }

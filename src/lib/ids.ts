@@ -2,29 +2,45 @@ const CROCKFORD = '0123456789abcdefghjkmnpqrstvwxyz'
 
 export type IdPrefix = 'acc' | 'usr' | 'key' | 'req'
 
+// Ids are made on every request (request ids): random bytes come from a pool, refilled in bulk.
+const POOL_SIZE = 4096
+const RANDOM_BYTES_PER_ID = 10
+let pool = new Uint8Array(0)
+let poolOffset = 0
+
+function randomBytes(): Uint8Array {
+  if (poolOffset + RANDOM_BYTES_PER_ID > pool.length) {
+    pool = crypto.getRandomValues(new Uint8Array(POOL_SIZE))
+    poolOffset = 0
+  }
+  const bytes = pool.subarray(poolOffset, poolOffset + RANDOM_BYTES_PER_ID)
+  poolOffset += RANDOM_BYTES_PER_ID
+  return bytes
+}
+
 /**
  * A prefixed, lexicographically time-ordered id (ULID layout: 48-bit milliseconds, 80 random
  * bits, Crockford base32). Time order lets lists paginate by id without a second sort column.
  */
 export function newId(prefix: IdPrefix, now: number = Date.now()): string {
-  const random = crypto.getRandomValues(new Uint8Array(10))
-  let out = ''
-  let time = now
-  for (let i = 0; i < 10; i++) {
-    out = CROCKFORD[time % 32] + out
-    time = Math.floor(time / 32)
-  }
+  // 50 bits of time (10 characters) do not fit 32-bit integer operations: two 25-bit halves.
+  const high = Math.floor(now / 2 ** 25)
+  const low = now % 2 ** 25
+  let out = `${prefix}_`
+  for (let shift = 20; shift >= 0; shift -= 5) out += CROCKFORD[(high >>> shift) & 31]
+  for (let shift = 20; shift >= 0; shift -= 5) out += CROCKFORD[(low >>> shift) & 31]
+  const random = randomBytes()
   let bits = 0
   let value = 0
-  for (const byte of random) {
-    value = (value << 8) | byte
+  for (let i = 0; i < RANDOM_BYTES_PER_ID; i++) {
+    value = ((value << 8) | random[i]!) & 0xfff
     bits += 8
     while (bits >= 5) {
       out += CROCKFORD[(value >>> (bits - 5)) & 31]
       bits -= 5
     }
   }
-  return `${prefix}_${out}`
+  return out
 }
 
 const ID_BODY = /^[0-9a-hjkmnp-tv-z]{26}$/

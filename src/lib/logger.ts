@@ -9,20 +9,86 @@ export interface Logger {
   info(msg: string, fields?: LogFields): void
   warn(msg: string, fields?: LogFields): void
   error(msg: string, fields?: LogFields): void
+  /** Lets hot paths skip building fields for a line that would be dropped. */
+  isEnabled(level: Exclude<LogLevel, 'silent'>): boolean
+  /** Writes any buffered lines; resolves once the output has taken them. */
+  flush(): Promise<void>
 }
 
-/** One JSON object per line on stdout (or the given sink). */
-export function createLogger(level: LogLevel, write: (line: string) => void = (line) => console.log(line)): Logger {
+/** Where lines go: `urgent` lines (warnings, errors) must not wait in a buffer. */
+export interface LogSink {
+  write(line: string, urgent: boolean): void
+  flush(): Promise<void>
+}
+
+/**
+ * Lines joined and written at most every `maxDelayMs` (or sooner when `maxBytes` pile up):
+ * one write per batch instead of one per request. Urgent lines flush at once, behind what
+ * was buffered, so order is kept.
+ */
+export function batchedSink(
+  write: (chunk: string, done: () => void) => void,
+  options: { maxDelayMs?: number; maxBytes?: number } = {},
+): LogSink {
+  const { maxDelayMs = 50, maxBytes = 64 * 1024 } = options
+  let lines: string[] = []
+  let bytes = 0
+  let timer: ReturnType<typeof setTimeout> | undefined
+  let lastWrite: Promise<void> = Promise.resolve()
+
+  const flushNow = () => {
+    clearTimeout(timer)
+    timer = undefined
+    if (lines.length === 0) return lastWrite
+    const chunk = lines.join('')
+    lines = []
+    bytes = 0
+    lastWrite = new Promise((resolve) => write(chunk, resolve))
+    return lastWrite
+  }
+
+  return {
+    write(line, urgent) {
+      lines.push(line, '\n')
+      bytes += line.length + 1
+      if (urgent || bytes >= maxBytes) void flushNow()
+      else timer ??= setTimeout(flushNow, maxDelayMs)
+    },
+    flush: flushNow,
+  }
+}
+
+export const stdoutSink = (): LogSink => batchedSink((chunk, done) => process.stdout.write(chunk, () => done()))
+
+// Under load many lines share a millisecond: format its timestamp once.
+let stampedAt = -1
+let stamp = ''
+function timestamp(): string {
+  const now = Date.now()
+  if (now !== stampedAt) {
+    stampedAt = now
+    stamp = new Date(now).toISOString()
+  }
+  return stamp
+}
+
+/** One JSON object per line. */
+export function createLogger(level: LogLevel, sink: LogSink | ((line: string) => void) = stdoutSink()): Logger {
   const threshold = RANK[level]
+  const output: LogSink = typeof sink === 'function' ? { write: (line) => sink(line), flush: async () => {} } : sink
   const emit = (lineLevel: Exclude<LogLevel, 'silent'>, msg: string, fields?: LogFields) => {
     if (RANK[lineLevel] < threshold) return
-    write(JSON.stringify({ time: new Date().toISOString(), level: lineLevel, msg, ...fields }))
+    const head = `{"time":"${timestamp()}","level":"${lineLevel}","msg":${JSON.stringify(msg)}`
+    const rest = fields ? JSON.stringify(fields) : '{}'
+    output.write(rest.length > 2 ? `${head},${rest.slice(1)}` : `${head}}`, RANK[lineLevel] >= RANK.warn)
   }
   return {
     debug: (msg, fields) => emit('debug', msg, fields),
     info: (msg, fields) => emit('info', msg, fields),
     warn: (msg, fields) => emit('warn', msg, fields),
     error: (msg, fields) => emit('error', msg, fields),
+    isEnabled: (lineLevel) => RANK[lineLevel] >= threshold,
+    flush: () => output.flush(),
   }
 }
 

@@ -44,7 +44,7 @@ export async function startTestServer(options: { env?: Record<string, string>; d
   const origin = `http://127.0.0.1:${server.port}`
   const config = loadConfig({ PORT: String(server.port), PUBLIC_URL: origin, LOG_LEVEL: 'debug', ...options.env })
   const service = await createService({ config, logger, handle: database.handle })
-  handle = service.app.fetch
+  handle = service.fetch
 
   let stopped = false
   const stop = async () => {
