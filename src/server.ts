@@ -2,7 +2,7 @@ import { chmodSync, rmSync } from 'node:fs'
 import { boot, logFirstRunHint } from './boot.ts'
 import { MAX_BODY_BYTES } from './lib/http.ts'
 import { runCommand } from './cli/commands.ts'
-import { cliSocketPath, type ForwardedCommand } from './cli/socket.ts'
+import { cliSocketPath, parseForwardedCommand } from './cli/socket.ts'
 
 // The Bun adapter: everything Bun-specific (Bun.serve, the CLI socket) stays in this file.
 const booted = await boot(process.env)
@@ -23,7 +23,8 @@ if (database.handle.kind === 'pglite') {
   cliSocket = Bun.serve({
     unix: path,
     async fetch(request) {
-      const { argv } = (await request.json()) as ForwardedCommand
+      const argv = parseForwardedCommand(await request.json().catch(() => null))
+      if (!argv) return Response.json({ exitCode: 2, output: 'error: expected {"argv": [string, …]}' }, { status: 400 })
       const result = await runCommand(argv, { db: database.handle.db, baseUrl: config.baseUrl })
       await service.syncCaches()
       return Response.json(result)

@@ -10,3 +10,9 @@ export const cliSocketPath = (dataDir: string) => join(dataDir, 'cli.sock')
 export interface ForwardedCommand {
   argv: string[]
 }
+
+/** The argv of a forwarded command, or null when the body is not `{ argv: string[] }`. */
+export function parseForwardedCommand(body: unknown): string[] | null {
+  const argv = (body as Partial<ForwardedCommand> | null)?.argv
+  return Array.isArray(argv) && argv.every((arg) => typeof arg === 'string') ? argv : null
+}

@@ -95,3 +95,9 @@ describe('cli', () => {
     expect(JSON.parse(result.output)).toEqual({ error: '--name is required' })
   })
 })
+
+test('a forwarded command must be { argv: string[] }', async () => {
+  const { parseForwardedCommand } = await import('../../src/cli/socket.ts')
+  expect(parseForwardedCommand({ argv: ['demo', '--json'] })).toEqual(['demo', '--json'])
+  for (const bad of [null, 'demo', {}, { argv: 'demo' }, { argv: ['demo', 1] }]) expect(parseForwardedCommand(bad)).toBeNull()
+})
