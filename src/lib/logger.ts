@@ -31,7 +31,7 @@ export function batchedSink(
   options: { maxDelayMs?: number; maxBytes?: number } = {},
 ): LogSink {
   const { maxDelayMs = 50, maxBytes = 64 * 1024 } = options
-  let lines: string[] = []
+  let pending = ''
   let bytes = 0
   let timer: ReturnType<typeof setTimeout> | undefined
   let lastWrite: Promise<void> = Promise.resolve()
@@ -39,9 +39,9 @@ export function batchedSink(
   const flushNow = () => {
     clearTimeout(timer)
     timer = undefined
-    if (lines.length === 0) return lastWrite
-    const chunk = lines.join('')
-    lines = []
+    if (pending.length === 0) return lastWrite
+    const chunk = pending
+    pending = ''
     bytes = 0
     lastWrite = new Promise((resolve) => write(chunk, resolve))
     return lastWrite
@@ -49,7 +49,7 @@ export function batchedSink(
 
   return {
     write(line, urgent) {
-      lines.push(line, '\n')
+      pending += `${line}\n`
       bytes += line.length + 1
       if (urgent || bytes >= maxBytes) void flushNow()
       else timer ??= setTimeout(flushNow, maxDelayMs)
