@@ -10,6 +10,8 @@ const EnvSchema = t.Object({
   DATABASE_URL: t.Optional(t.String({ pattern: '^postgres(ql)?://' })),
   DATA_DIR: t.String({ minLength: 1, default: './data' }),
   LOG_LEVEL: t.Union(LOG_LEVELS.map((level) => t.Literal(level)), { default: 'info' }),
+  ENCRYPTION_KEY: t.Optional(t.String({ pattern: '^[A-Za-z0-9_+/-]{43}=?$' })),
+  OAUTH_REFRESH_GRACE_S: t.Integer({ minimum: 0, maximum: 300, default: 30 }),
 })
 
 export type LogLevel = (typeof LOG_LEVELS)[number]
@@ -24,6 +26,12 @@ export interface Config {
   databaseUrl: string | undefined
   dataDir: string
   logLevel: LogLevel
+  /**
+   * 32 bytes that encrypt secrets the service must read back (signing keys, token pairs kept
+   * for the refresh grace window). Unset: a key file in DATA_DIR (see src/lib/secret-box.ts).
+   */
+  encryptionKey: Uint8Array | undefined
+  oauthRefreshGraceSeconds: number
 }
 
 export class ConfigError extends Error {}
@@ -51,6 +59,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     databaseUrl: parsed.DATABASE_URL,
     dataDir: parsed.DATA_DIR,
     logLevel: parsed.LOG_LEVEL,
+    encryptionKey: parsed.ENCRYPTION_KEY === undefined ? undefined : Buffer.from(parsed.ENCRYPTION_KEY, 'base64'),
+    oauthRefreshGraceSeconds: parsed.OAUTH_REFRESH_GRACE_S,
   }
 }
 

@@ -1,6 +1,6 @@
 /**
- * The one place that shapes failure bodies: RFC 9457 problem+json for REST resources. OAuth
- * endpoints (a later issue) get their RFC 6749 error object from here too.
+ * The one place that shapes failure bodies: RFC 9457 problem+json for REST resources, the
+ * RFC 6749 §5.2 / RFC 7591 §3.2.2 error object for OAuth endpoints.
  */
 
 export interface FieldError {
@@ -75,3 +75,33 @@ export function problemResponse(error: ApiError, requestId: string, extraHeaders
     headers: { 'content-type': PROBLEM_CONTENT_TYPE, 'x-request-id': requestId, ...extraHeaders, ...error.options.headers },
   })
 }
+
+/** RFC 6749 §5.2 and RFC 7591 §3.2.2 error codes. */
+export type OAuthErrorCode =
+  | 'invalid_request'
+  | 'invalid_client'
+  | 'invalid_grant'
+  | 'unauthorized_client'
+  | 'unsupported_grant_type'
+  | 'invalid_scope'
+  | 'invalid_redirect_uri'
+  | 'invalid_client_metadata'
+  | 'access_denied'
+  | 'unsupported_response_type'
+  | 'invalid_target'
+  | 'temporarily_unavailable'
+  | 'slow_down'
+
+/** A failure at an OAuth endpoint, answered with `{ error, error_description }`. */
+export class OAuthError extends Error {
+  constructor(
+    readonly status: number,
+    readonly error: OAuthErrorCode,
+    readonly description: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(description)
+  }
+}
+
+export const oauthErrorBody = (error: OAuthError) => ({ error: error.error, error_description: error.description })

@@ -1,5 +1,5 @@
 import { Elysia } from 'elysia'
-import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
+import { ApiError, OAuthError, PROBLEM_CONTENT_TYPE, badRequest, oauthErrorBody, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
 import { newId } from './ids.ts'
 import { redactedPath, type Logger } from './logger.ts'
 
@@ -31,9 +31,47 @@ async function readLimitedText(request: Request): Promise<string> {
   return new TextDecoder().decode(bytes)
 }
 
+const mediaTypeOf = (contentType: string) => contentType.split(';', 1)[0]!.trim().toLowerCase()
+
 function isJsonContentType(contentType: string): boolean {
-  const mediaType = contentType.split(';', 1)[0]!.trim().toLowerCase()
+  const mediaType = mediaTypeOf(contentType)
   return mediaType === 'application/json' || (mediaType.startsWith('application/') && mediaType.endsWith('+json'))
+}
+
+/**
+ * OAuth endpoints answer failures with the RFC 6749 error object, not problem+json; the token
+ * and revocation endpoints also take form-encoded bodies, as standard OAuth clients send them.
+ */
+export const OAUTH_ERROR_PATHS = new Set(['/v0/auth/register', '/v0/auth/authorize', '/v0/auth/token', '/v0/auth/token/refresh', '/v0/auth/revoke'])
+const FORM_BODY_PATHS = new Set(['/v0/auth/token', '/v0/auth/token/refresh', '/v0/auth/revoke'])
+
+function pathOf(url: string): string {
+  const start = url.indexOf('/', url.indexOf('//') + 2)
+  if (start === -1) return '/'
+  const end = url.indexOf('?', start)
+  return url.slice(start, end === -1 ? undefined : end)
+}
+
+/** RFC 6749 §3.2: a parameter sent twice is an error, never resolved by picking one. */
+function parseForm(text: string): Record<string, string> {
+  const form: Record<string, string> = {}
+  for (const [name, value] of new URLSearchParams(text)) {
+    if (Object.hasOwn(form, name)) throw new OAuthError(400, 'invalid_request', `The ${name} parameter is repeated.`)
+    form[name] = value
+  }
+  return form
+}
+
+/** The OAuth error a failure becomes at an OAuth endpoint. */
+function toOAuthError(error: ApiError, path: string): OAuthError {
+  if (error.problemCode === 'validation_failed') {
+    const first = error.options.errors?.[0]
+    const field = first?.path.replace(/^\//, '') || 'body'
+    const detail = first ? `${field}: ${first.message}` : error.detail
+    return new OAuthError(400, path === '/v0/auth/register' ? 'invalid_client_metadata' : 'invalid_request', detail)
+  }
+  if (error.status >= 500) return new OAuthError(error.status, 'temporarily_unavailable', error.detail)
+  return new OAuthError(error.status === 404 ? 404 : error.status, 'invalid_request', error.detail, error.options.headers)
 }
 
 interface ValidationIssue {
@@ -92,6 +130,9 @@ export function httpFoundation(logger: Logger) {
         if (text.length === 0) return undefined
         throw new ApiError(415, 'unsupported_media_type', 'Send JSON bodies with Content-Type: application/json.')
       }
+      if (mediaTypeOf(contentType) === 'application/x-www-form-urlencoded' && FORM_BODY_PATHS.has(pathOf(request.url))) {
+        return parseForm(await readLimitedText(request))
+      }
       if (!isJsonContentType(contentType)) {
         throw new ApiError(415, 'unsupported_media_type', 'Send JSON bodies with Content-Type: application/json.')
       }
@@ -106,6 +147,19 @@ export function httpFoundation(logger: Logger) {
       // The request id is made here only for failures; requestHandler adds one to every other response.
       const requestId = newId('req')
       set.headers['x-request-id'] = requestId
+      const cause = code === 'PARSE' ? (error as { cause?: unknown }).cause : undefined
+      const path = pathOf(request.url)
+      if (error instanceof OAuthError || cause instanceof OAuthError || (OAUTH_ERROR_PATHS.has(path) && code !== 'NOT_FOUND')) {
+        const mapped = toApiError(code, cause ?? error)
+        const oauthError = error instanceof OAuthError ? error : cause instanceof OAuthError ? cause : mapped ? toOAuthError(mapped, path) : null
+        if (oauthError) {
+          set.status = oauthError.status
+          set.headers['content-type'] = 'application/json'
+          set.headers['cache-control'] = 'no-store'
+          for (const [name, value] of Object.entries(oauthError.headers)) set.headers[name] = value
+          return oauthErrorBody(oauthError)
+        }
+      }
       let apiError = toApiError(code, error)
       if (!apiError) {
         logger.error('unhandled error', {

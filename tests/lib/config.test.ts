@@ -11,6 +11,8 @@ describe('loadConfig', () => {
       databaseUrl: undefined,
       dataDir: './data',
       logLevel: 'info',
+      encryptionKey: undefined,
+      oauthRefreshGraceSeconds: 30,
     })
   })
 
@@ -19,6 +21,12 @@ describe('loadConfig', () => {
     const config = loadConfig({ PUBLIC_URL: 'https://api.example.com/' })
     expect(config.publicUrl).toBe('https://api.example.com')
     expect(config.baseUrl).toBe('https://api.example.com/v0')
+  })
+
+  test('ENCRYPTION_KEY is 32 bytes in base64 or base64url', () => {
+    const key = Buffer.alloc(32, 7)
+    expect(loadConfig({ ENCRYPTION_KEY: key.toString('base64url') }).encryptionKey).toEqual(new Uint8Array(key))
+    expect(loadConfig({ ENCRYPTION_KEY: key.toString('base64') }).encryptionKey).toEqual(new Uint8Array(key))
   })
 
   test('empty values count as unset', () => {
@@ -31,6 +39,8 @@ describe('loadConfig', () => {
     [{ PORT: '-1' }, 'PORT'],
     [{ LOG_LEVEL: 'verbose' }, 'LOG_LEVEL'],
     [{ DATABASE_URL: 'mysql://localhost/db' }, 'DATABASE_URL'],
+    [{ ENCRYPTION_KEY: 'too-short' }, 'ENCRYPTION_KEY'],
+    [{ OAUTH_REFRESH_GRACE_S: '3600' }, 'OAUTH_REFRESH_GRACE_S'],
     [{ PUBLIC_URL: 'not a url' }, 'PUBLIC_URL'],
     [{ PUBLIC_URL: 'ftp://example.com' }, 'PUBLIC_URL'],
     [{ PUBLIC_URL: 'https://example.com/?x=1' }, 'PUBLIC_URL'],

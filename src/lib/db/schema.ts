@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { bigint, index, pgTable, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { bigint, index, integer, jsonb, pgTable, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
 
 const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
 
@@ -59,3 +59,106 @@ export const cacheInvalidations = pgTable(
   },
   (table) => [index('cache_invalidations_created_at_idx').on(table.createdAt)],
 )
+
+/** RFC 7591 registrations. Public clients only (`token_endpoint_auth_method: none`). */
+export const oauthClients = pgTable('oauth_clients', {
+  id: text('id').primaryKey(),
+  clientName: text('client_name'),
+  redirectUris: text('redirect_uris').array().notNull(),
+  grantTypes: text('grant_types').array().notNull(),
+  responseTypes: text('response_types').array().notNull(),
+  tokenEndpointAuthMethod: text('token_endpoint_auth_method').notNull(),
+  applicationType: text('application_type').notNull(),
+  /** The scope registered; requests without `scope` get this one. */
+  scope: text('scope'),
+  createdAt: createdAt(),
+})
+
+/**
+ * Token signing keys (ES256). The private JWK is stored encrypted with ENCRYPTION_KEY; a
+ * retired key stops signing but stays published until every token it signed has expired.
+ */
+export const signingKeys = pgTable(
+  'signing_keys',
+  {
+    kid: text('kid').primaryKey(),
+    alg: text('alg').notNull(),
+    publicJwk: jsonb('public_jwk').notNull(),
+    privateJwkCiphertext: text('private_jwk_ciphertext').notNull(),
+    createdAt: createdAt(),
+    retiredAt: timestamp('retired_at', { withTimezone: true, mode: 'date' }),
+  },
+  // At most one key signs at a time, whatever the number of instances starting together.
+  (table) => [uniqueIndex('signing_keys_one_active').on(sql`(true)`).where(sql`${table.retiredAt} is null`)],
+)
+
+/** A user's consent to a client: every token issued from one authorization belongs to one grant. */
+export const grants = pgTable(
+  'grants',
+  {
+    id: text('id').primaryKey(),
+    clientId: text('client_id')
+      .notNull()
+      .references(() => oauthClients.id, { onDelete: 'cascade' }),
+    userId: text('user_id')
+      .notNull()
+      .references(() => users.id, { onDelete: 'cascade' }),
+    accountId: text('account_id')
+      .notNull()
+      .references(() => accounts.id, { onDelete: 'cascade' }),
+    scope: text('scope').notNull(),
+    audience: text('audience').array().notNull(),
+    createdAt: createdAt(),
+    revokedAt: timestamp('revoked_at', { withTimezone: true, mode: 'date' }),
+    revokedReason: text('revoked_reason'),
+  },
+  (table) => [index('grants_user_id_idx').on(table.userId)],
+)
+
+/** Authorization codes (60 s, single use); stored as SHA-256. */
+export const authorizationCodes = pgTable('authorization_codes', {
+  codeHash: text('code_hash').primaryKey(),
+  clientId: text('client_id')
+    .notNull()
+    .references(() => oauthClients.id, { onDelete: 'cascade' }),
+  userId: text('user_id')
+    .notNull()
+    .references(() => users.id, { onDelete: 'cascade' }),
+  accountId: text('account_id').notNull(),
+  redirectUri: text('redirect_uri').notNull(),
+  codeChallenge: text('code_challenge').notNull(),
+  scope: text('scope').notNull(),
+  audience: text('audience').array().notNull(),
+  expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
+  redeemedAt: timestamp('redeemed_at', { withTimezone: true, mode: 'date' }),
+  /** The grant its redemption created: revoked if the code is presented again. */
+  grantId: text('grant_id'),
+  createdAt: createdAt(),
+})
+
+/**
+ * Refresh tokens (opaque, stored as SHA-256), rotated on every use. A rotated token keeps its
+ * successor's token response, encrypted, for OAUTH_REFRESH_GRACE_S so that concurrent refreshes
+ * get the same pair.
+ */
+export const refreshTokens = pgTable(
+  'refresh_tokens',
+  {
+    tokenHash: text('token_hash').primaryKey(),
+    grantId: text('grant_id')
+      .notNull()
+      .references(() => grants.id, { onDelete: 'cascade' }),
+    expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
+    rotatedAt: timestamp('rotated_at', { withTimezone: true, mode: 'date' }),
+    successorCiphertext: text('successor_ciphertext'),
+    createdAt: createdAt(),
+  },
+  (table) => [index('refresh_tokens_grant_id_idx').on(table.grantId)],
+)
+
+/** Fixed-window counters shared by every instance: sign-in failures, registrations per IP. */
+export const rateLimits = pgTable('rate_limits', {
+  key: text('key').primaryKey(),
+  windowStartedAt: timestamp('window_started_at', { withTimezone: true, mode: 'date' }).notNull(),
+  count: integer('count').notNull(),
+})

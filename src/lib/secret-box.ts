@@ -1,0 +1,64 @@
+import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import type { Logger } from './logger.ts'
+
+/**
+ * Authenticated encryption (AES-256-GCM, Web Crypto) for secrets the service must read back:
+ * signing keys, and token pairs kept for the refresh grace window. Hashing is not possible
+ * for those; everything that can be hashed is hashed instead.
+ *
+ * Sealed values read `v1.<base64url(iv ‖ ciphertext ‖ tag)>`; the prefix leaves room for a
+ * later key or algorithm.
+ */
+export interface SecretBox {
+  seal(plaintext: string): Promise<string>
+  open(sealed: string): Promise<string>
+}
+
+export class SecretBoxError extends Error {}
+
+export async function createSecretBox(keyBytes: Uint8Array): Promise<SecretBox> {
+  if (keyBytes.length !== 32) throw new SecretBoxError('the encryption key must be 32 bytes')
+  const key = await crypto.subtle.importKey('raw', keyBytes as Uint8Array<ArrayBuffer>, 'AES-GCM', false, ['encrypt', 'decrypt'])
+  return {
+    async seal(plaintext) {
+      const iv = crypto.getRandomValues(new Uint8Array(12))
+      const ciphertext = new Uint8Array(await crypto.subtle.encrypt({ name: 'AES-GCM', iv }, key, new TextEncoder().encode(plaintext)))
+      const joined = new Uint8Array(iv.length + ciphertext.length)
+      joined.set(iv)
+      joined.set(ciphertext, iv.length)
+      return `v1.${Buffer.from(joined).toString('base64url')}`
+    },
+    async open(sealed) {
+      if (!sealed.startsWith('v1.')) throw new SecretBoxError('unknown sealed format')
+      const joined = Buffer.from(sealed.slice(3), 'base64url')
+      try {
+        const plaintext = await crypto.subtle.decrypt({ name: 'AES-GCM', iv: joined.subarray(0, 12) }, key, joined.subarray(12))
+        return new TextDecoder().decode(plaintext)
+      } catch {
+        throw new SecretBoxError('cannot decrypt: ENCRYPTION_KEY is not the key these secrets were sealed with')
+      }
+    },
+  }
+}
+
+/**
+ * ENCRYPTION_KEY when set; otherwise `DATA_DIR/encryption.key`, created on first use (mode
+ * 0600). Fine for one instance; several instances must share one ENCRYPTION_KEY.
+ */
+export function resolveEncryptionKey(options: { configured: Uint8Array | undefined; dataDir: string; logger: Logger; multiInstance: boolean }): Uint8Array {
+  if (options.configured) return options.configured
+  const path = join(options.dataDir, 'encryption.key')
+  try {
+    return new Uint8Array(Buffer.from(readFileSync(path, 'utf8').trim(), 'base64url'))
+  } catch {
+    mkdirSync(options.dataDir, { recursive: true, mode: 0o700 })
+    const key = crypto.getRandomValues(new Uint8Array(32))
+    writeFileSync(path, Buffer.from(key).toString('base64url'), { mode: 0o600, flag: 'wx' })
+    chmodSync(path, 0o600)
+    if (options.multiInstance) {
+      options.logger.warn(`ENCRYPTION_KEY is not set: created ${path}. Every instance sharing this database needs the same key: set ENCRYPTION_KEY.`)
+    }
+    return key
+  }
+}
