@@ -7,8 +7,18 @@ import { httpFoundation } from './lib/http.ts'
 import { opsRoutes } from './ops/routes.ts'
 import { apiReference } from './ops/openapi.ts'
 import { accountRoutes } from './accounts/routes.ts'
+import { registrationRoutes } from './oauth/register.ts'
+import { discoveryRoutes } from './oauth/discovery.ts'
 import type { AccountReader } from './accounts/account-cache.ts'
 import type { AuthenticateApiKey } from './auth/authenticator.ts'
+import { jwksRoutes } from './oauth/jwks-route.ts'
+import type { TokenSigner } from './oauth/signing-keys.ts'
+import type { SecretBox } from './lib/secret-box.ts'
+import type { BearerAuthenticator } from './auth/bearer.ts'
+import { signInRoutes } from './oauth/sign-in.ts'
+import { authorizeRoutes } from './oauth/authorize.ts'
+import { tokenRoutes } from './oauth/token-routes.ts'
+import { sessionRoutes } from './oauth/session.ts'
 
 export interface AppDeps {
   config: Config
@@ -17,16 +27,38 @@ export interface AppDeps {
   authenticateApiKey: AuthenticateApiKey
   accounts: AccountReader
   isCacheTrusted(): boolean
+  signer: TokenSigner
+  bearer: BearerAuthenticator
+  secretBox: SecretBox
+  /** Applies recent cache invalidations now (after a revocation made by this instance). */
+  syncCaches(): Promise<void>
 }
 
 /** The whole HTTP surface as one Elysia app; runtimes serve it through `requestHandler` (src/lib/http.ts). */
 export function createApp(deps: AppDeps) {
   const resourceMetadataUrl = `${deps.config.publicUrl}/.well-known/oauth-protected-resource/v0`
+  const auth = { ...deps, resourceMetadataUrl, baseUrl: deps.config.baseUrl }
+  const tokens = {
+    db: deps.db,
+    signer: deps.signer,
+    secretBox: deps.secretBox,
+    baseUrl: deps.config.baseUrl,
+    refreshGraceSeconds: deps.config.oauthRefreshGraceSeconds,
+    syncCaches: deps.syncCaches,
+  }
   return new Elysia({ normalize: false })
     .use(httpFoundation(deps.logger))
     .use(opsRoutes({ isDatabaseReachable: () => isDatabaseReachable(deps.db) }))
+    .use(discoveryRoutes({ config: deps.config }))
     .use(apiReference({ publicUrl: deps.config.publicUrl }))
-    .group('/v0', (v0) => v0.use(accountRoutes({ ...deps, resourceMetadataUrl })))
+    .group('/v0', (v0) => v0
+        .use(accountRoutes({ ...deps, ...auth }))
+        .use(registrationRoutes({ db: deps.db }))
+        .use(jwksRoutes(deps))
+        .use(signInRoutes({ db: deps.db, signer: deps.signer, baseUrl: deps.config.baseUrl }))
+        .use(authorizeRoutes(tokens))
+        .use(tokenRoutes(tokens))
+        .use(sessionRoutes(auth)))
 }
 
 export type App = ReturnType<typeof createApp>

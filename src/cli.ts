@@ -3,6 +3,8 @@ import { openConfiguredDatabase } from './service.ts'
 import { lockOwner } from './lib/db/data-dir-lock.ts'
 import { runCommand, type CommandResult } from './cli/commands.ts'
 import { cliSocketPath, type ForwardedCommand } from './cli/socket.ts'
+import { createLogger } from './lib/logger.ts'
+import { createSecretBox, resolveEncryptionKey } from './lib/secret-box.ts'
 
 const argv = process.argv.slice(2)
 const config = loadConfigOrExit(process.env)
@@ -27,7 +29,11 @@ async function forwardToServer(): Promise<CommandResult> {
 async function runLocally(): Promise<CommandResult> {
   const database = await openConfiguredDatabase(config)
   try {
-    return await runCommand(argv, { db: database.handle.db, baseUrl: config.baseUrl })
+    // Warnings go to stderr: stdout carries the command's output (JSON with --json).
+    const logger = createLogger(config.logLevel, (line) => console.error(line))
+    const multiInstance = database.handle.kind === 'postgres'
+    const openSecretBox = () => createSecretBox(resolveEncryptionKey({ configured: config.encryptionKey, dataDir: config.dataDir, logger, multiInstance }))
+    return await runCommand(argv, { db: database.handle.db, baseUrl: config.baseUrl, openSecretBox })
   } finally {
     await database.close()
   }

@@ -5,7 +5,7 @@ declare const Deno: {
   env: { toObject(): Record<string, string> }
   serve(
     options: { port: number; hostname: string; onListen?(address: { port: number }): void },
-    handler: (request: Request) => Response | Promise<Response>,
+    handler: (request: Request, info: { remoteAddr: { hostname: string } }) => Response | Promise<Response>,
   ): { shutdown(): Promise<void>; finished: Promise<void> }
   addSignalListener(signal: 'SIGTERM' | 'SIGINT', handler: () => void): void
   exit(code: number): never
@@ -20,11 +20,9 @@ const server = Deno.serve(
     hostname: config.host,
     onListen: ({ port }) => logger.info('listening', { url: `http://${config.host}:${port}`, runtime: 'deno' }),
   },
-  service.fetch,
+  (request, info) => service.fetch(request, info.remoteAddr.hostname),
 )
-await logFirstRunHint(booted)
-await logger.flush()
-
+// Signals are handled from the moment the port is open, before anything else is awaited.
 async function shutdown() {
   await server.shutdown()
   service.stop()
@@ -34,3 +32,6 @@ async function shutdown() {
 }
 Deno.addSignalListener('SIGTERM', () => void shutdown())
 Deno.addSignalListener('SIGINT', () => void shutdown())
+
+await logFirstRunHint(booted)
+await logger.flush()

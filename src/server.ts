@@ -11,7 +11,7 @@ const { config, logger, database, service } = booted
 const server = Bun.serve({
   port: config.port,
   hostname: config.host,
-  fetch: service.fetch,
+  fetch: (request, server) => service.fetch(request, server.requestIP(request)?.address),
   // Above the app's own 1 MB limit, so the app answers 413 with a problem body; this is the backstop.
   maxRequestBodySize: MAX_BODY_BYTES * 8,
 })
@@ -25,22 +25,17 @@ if (database.handle.kind === 'pglite') {
     async fetch(request) {
       const argv = parseForwardedCommand(await request.json().catch(() => null))
       if (!argv) return Response.json({ exitCode: 2, output: 'error: expected {"argv": [string, …]}' }, { status: 400 })
-      const result = await runCommand(argv, { db: database.handle.db, baseUrl: config.baseUrl })
+      const result = await runCommand(argv, { db: database.handle.db, baseUrl: config.baseUrl, openSecretBox: async () => service.secretBox })
       await service.syncCaches()
+      // After `keys rotate`: sign with the new key from the next request, not the next poll.
+      await service.signer.reload()
       return Response.json(result)
     },
   })
   chmodSync(path, 0o600)
 }
 
-logger.info('listening', {
-  url: `http://${config.host}:${server.port}`,
-  public_url: config.publicUrl,
-  database: database.handle.kind === 'postgres' ? 'postgresql' : `pglite:${config.dataDir}`,
-})
-await logFirstRunHint(booted)
-await logger.flush()
-
+// Signals are handled from the moment the port is open, before anything else is awaited.
 let stopping = false
 async function shutdown(signal: string) {
   if (stopping) return
@@ -63,3 +58,11 @@ async function shutdown(signal: string) {
 }
 process.on('SIGTERM', () => void shutdown('SIGTERM'))
 process.on('SIGINT', () => void shutdown('SIGINT'))
+
+logger.info('listening', {
+  url: `http://${config.host}:${server.port}`,
+  public_url: config.publicUrl,
+  database: database.handle.kind === 'postgres' ? 'postgresql' : `pglite:${config.dataDir}`,
+})
+await logFirstRunHint(booted)
+await logger.flush()

@@ -9,7 +9,10 @@ import { requestHandler, type FetchHandler } from './lib/http.ts'
 import { createApp, type App } from './app.ts'
 import { createAccountReader } from './accounts/account-cache.ts'
 import { createApiKeyAuthenticator, newApiKeyCache } from './auth/authenticator.ts'
+import { createBearerAuthenticator } from './auth/bearer.ts'
 import { prepareActiveKeyLookup } from './auth/api-keys.ts'
+import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/secret-box.ts'
+import { createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
 
 export interface OpenedDatabase {
   handle: DatabaseHandle
@@ -49,6 +52,10 @@ export interface Service {
   fetch: FetchHandler
   /** Applies recent cache invalidations now instead of at the next poll. */
   syncCaches(): Promise<void>
+  /** Signs and verifies the service's JWTs; `reload()` after rotating its key through another path. */
+  signer: TokenSigner
+  /** Seals secrets the service reads back (ENCRYPTION_KEY); the CLI socket hands it to `keys rotate`. */
+  secretBox: SecretBox
   /** Stops background work; the database stays open (its owner closes it). */
   stop(): void
 }
@@ -58,16 +65,28 @@ export async function createService(options: { config: Config; logger: Logger; h
   const { config, logger, handle } = options
   const keyCache = newApiKeyCache()
   const accounts = createAccountReader(handle.db)
+  const secretBox = await createSecretBox(
+    resolveEncryptionKey({ configured: config.encryptionKey, dataDir: config.dataDir, logger, multiInstance: handle.kind === 'postgres' }),
+  )
+  const signer = await createTokenSigner({ db: handle.db, secretBox, issuer: config.baseUrl, logger })
+  const bearer = createBearerAuthenticator({ db: handle.db, signer, isCacheTrusted: () => feed.isFresh() })
+  const reloadSigner = () => signer.reload().catch((error) => logger.error('reloading signing keys failed', { error: String(error) }))
   const feed = await startInvalidationFeed({
     db: handle.db,
     logger,
     onInvalidated(kind, subjectId) {
       if (kind === 'api_key') keyCache.deleteBySecondaryKey(subjectId)
       else if (kind === 'account') accounts.cache.delete(subjectId)
+      else if (kind === 'grant') bearer.grantRevoked(subjectId)
+      // Rows stay in the feed's window for 30 s: reload once, not at every poll.
+      else if (kind === 'signing_key' && !signer.hasKey(subjectId)) void reloadSigner()
     },
     onResync() {
       keyCache.clear()
       accounts.cache.clear()
+      bearer.clear()
+      // A rotation may have left the feed's window while polls failed.
+      void reloadSigner()
     },
   })
   const authenticateApiKey = createApiKeyAuthenticator({
@@ -75,6 +94,17 @@ export async function createService(options: { config: Config; logger: Logger; h
     isCacheTrusted: feed.isFresh,
     cache: keyCache,
   })
-  const app = createApp({ config, db: handle.db, logger, authenticateApiKey, accounts, isCacheTrusted: feed.isFresh })
-  return { app, fetch: requestHandler(app, logger), syncCaches: feed.pollNow, stop: () => feed.stop() }
+  const app = createApp({
+    config,
+    db: handle.db,
+    logger,
+    authenticateApiKey,
+    bearer,
+    accounts,
+    isCacheTrusted: feed.isFresh,
+    signer,
+    secretBox,
+    syncCaches: feed.pollNow,
+  })
+  return { app, fetch: requestHandler(app, logger), syncCaches: feed.pollNow, signer, secretBox, stop: () => feed.stop() }
 }

@@ -11,13 +11,16 @@ setDefaultTimeout(60_000)
 const database = await createTestDatabase()
 afterAll(() => database.drop())
 const dataDir = freshDataDir()
-const env: Record<string, string> = database.url ? { DATABASE_URL: database.url } : { DATA_DIR: dataDir }
+// DATA_DIR in both modes: on PostgreSQL it still holds the encryption key file.
+const env: Record<string, string> = database.url ? { DATABASE_URL: database.url, DATA_DIR: dataDir } : { DATA_DIR: dataDir }
 if (database.url) await database.handle.close()
 
 describe('bun src/server.ts', () => {
   test('first run: hints at the demo command; the CLI then gives a working key; SIGTERM stops cleanly', async () => {
     const server = await startServerProcess(['bun', 'src/server.ts'], env)
     try {
+      // The startup lines are flushed together, possibly after /healthz first answers.
+      await server.waitForOutput('"msg":"listening"')
       expect(server.output()).toContain('bun run cli demo')
       const cli = await runCli(['demo', '--json'], { ...env, PORT: new URL(server.origin).port })
       expect(cli.exitCode).toBe(0)
@@ -48,6 +51,7 @@ describe('bun src/server.ts', () => {
   test('a restart keeps the data and does not hint again', async () => {
     const server = await startServerProcess(['bun', 'src/server.ts'], env)
     try {
+      await server.waitForOutput('"msg":"listening"')
       expect(server.output()).not.toContain('bun run cli demo')
     } finally {
       expect(await server.stop('SIGINT')).toBe(0)

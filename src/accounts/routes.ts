@@ -37,7 +37,7 @@ export function accountRoutes(deps: AccountRoutesDeps) {
         return toAccountResource(account)
       },
       {
-        auth: { scope: null },
+        auth: { scope: null, accepts: 'api_key' },
         parse: 'json',
         body: UpdateAccountBody,
         response: { 200: AccountSchema },

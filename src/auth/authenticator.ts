@@ -6,7 +6,9 @@ import { SCOPES, type Scope } from './scopes.ts'
 /** Who is calling, for which account, with which scopes: what every protected route sees. */
 export interface Caller {
   accountId: string
-  credential: { kind: 'api_key'; id: string }
+  credential:
+    | { kind: 'api_key'; id: string }
+    | { kind: 'access_token'; grantId: string; clientId: string; userId: string; audience: string[]; exp: number }
   scopes: readonly Scope[]
 }
 

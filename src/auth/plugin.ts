@@ -2,24 +2,42 @@ import { Elysia } from 'elysia'
 import { ApiError } from '../lib/errors.ts'
 import type { AuthenticateApiKey, Caller } from './authenticator.ts'
 import type { Scope } from './scopes.ts'
+import type { BearerAuthenticator } from './bearer.ts'
 
 export interface AuthRequirement {
   /** The scope the credential must carry (API keys carry every scope); null: any valid credential. */
   scope: Scope | null
+  /** Which credentials the route takes; default both. */
+  accepts?: 'api_key' | 'bearer'
+  /** Audiences a bearer token may have here; default `{base_url}` (the REST API). */
+  audiences?: readonly string[]
 }
 
 export interface AuthPluginDeps {
   authenticateApiKey: AuthenticateApiKey
+  bearer: BearerAuthenticator
+  baseUrl: string
   /** Absolute URL of the protected-resource metadata (RFC 9728) named in WWW-Authenticate. */
   resourceMetadataUrl: string
 }
 
 function unauthorized(deps: AuthPluginDeps, detail: string, tokenSent: boolean): ApiError {
   const challenge = tokenSent
-    ? `Bearer resource_metadata="${deps.resourceMetadataUrl}", error="invalid_token"`
+    ? `Bearer resource_metadata="${deps.resourceMetadataUrl}", error="invalid_token", error_description="${detail.replace(/"/g, "'")}"`
     : `Bearer resource_metadata="${deps.resourceMetadataUrl}"`
   return new ApiError(401, 'unauthorized', detail, { headers: { 'www-authenticate': challenge } })
 }
+
+function checkScope(caller: Caller, requirement: AuthRequirement): { caller: Caller } {
+  if (requirement.scope && !caller.scopes.includes(requirement.scope)) {
+    throw new ApiError(403, 'insufficient_scope', `This credential lacks the ${requirement.scope} scope.`, {
+      headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${requirement.scope}"` },
+    })
+  }
+  return { caller }
+}
+
+const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i
 
 const REPEATED = Symbol('repeated')
 
@@ -63,19 +81,27 @@ export function authPlugin(deps: AuthPluginDeps) {
           throw new ApiError(400, 'ambiguous_credentials', 'Send either ?key= or an Authorization header, not both.')
         }
         if (authorization !== null) {
-          throw unauthorized(deps, 'The access token is invalid.', true)
+          if (requirement.accepts === 'api_key') {
+            throw new ApiError(403, 'forbidden', 'This endpoint acts on the account itself and takes an API key only.')
+          }
+          const token = BEARER.exec(authorization)?.[1]
+          if (!token) throw unauthorized(deps, 'Send the access token as Authorization: Bearer <token>.', true)
+          let lastError = 'The access token is invalid.'
+          for (const audience of requirement.audiences ?? [deps.baseUrl]) {
+            const result = await deps.bearer.authenticate(token, audience)
+            if ('caller' in result) return checkScope(result.caller, requirement)
+            lastError = result.error
+          }
+          throw unauthorized(deps, lastError, true)
         }
         if (key === undefined) {
-          throw unauthorized(deps, 'Authenticate with ?key=<API key> or Authorization: Bearer <access token>.', false)
+          const how = requirement.accepts === 'bearer' ? 'Authorization: Bearer <access token>' : '?key=<API key> or Authorization: Bearer <access token>'
+          throw unauthorized(deps, `Authenticate with ${how}.`, false)
         }
+        if (requirement.accepts === 'bearer') throw unauthorized(deps, 'This endpoint takes a bearer access token, not an API key.', false)
         const caller = await deps.authenticateApiKey(key)
         if (!caller) throw unauthorized(deps, 'The API key is invalid or has been revoked.', false)
-        if (requirement.scope && !caller.scopes.includes(requirement.scope)) {
-          throw new ApiError(403, 'forbidden', `This credential lacks the ${requirement.scope} scope.`, {
-            headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${requirement.scope}"` },
-          })
-        }
-        return { caller }
+        return checkScope(caller, requirement)
       },
     }),
   })

@@ -10,11 +10,18 @@ import { isId } from '../lib/ids.ts'
 import { createAccount, createUser, findAccount, toAccountResource } from '../accounts/service.ts'
 import { AccountNameSchema, EmailSchema, PasswordSchema } from '../accounts/schemas.ts'
 import { createApiKey, listApiKeys, revokeApiKey, type ApiKey } from '../auth/api-keys.ts'
+import type { SecretBox } from '../lib/secret-box.ts'
+import { RETIRED_KEY_RETENTION_MS, SigningKeyError, rotateSigningKey } from '../oauth/signing-keys.ts'
 
 export interface CommandContext {
   db: Database
   /** `{base_url}`, for the example calls the CLI prints. */
   baseUrl: string
+  /**
+   * The box that seals signing keys, for `keys rotate`. Opened on demand: without ENCRYPTION_KEY it
+   * comes from a key file, which other commands have no reason to create.
+   */
+  openSecretBox?: () => Promise<SecretBox>
 }
 
 export interface CommandResult {
@@ -29,7 +36,8 @@ export const USAGE = `Usage: bun run cli <command> [options] [--json]
   user create --account <acc_id> --email <email> --password <password>
   apikey create --account <acc_id> [--name <name>]
   apikey list --account <acc_id>
-  apikey revoke --id <key_id>`
+  apikey revoke --id <key_id>
+  keys rotate                                        sign new tokens with a new key; the old one verifies for 24 h`
 
 class UsageError extends Error {}
 
@@ -107,6 +115,18 @@ const COMMANDS: Record<string, Handler> = {
     return { json: { id, revoked: true }, text: `Revoked ${id}; every instance refuses it within 5 seconds.` }
   },
 
+  async 'keys rotate'(_values, { db, openSecretBox }) {
+    if (!openSecretBox) throw new Error('keys rotate needs openSecretBox in the command context')
+    const { kid, retiredKid } = await rotateSigningKey(db, await openSecretBox())
+    const retainedHours = RETIRED_KEY_RETENTION_MS / 3_600_000
+    return {
+      json: { kid, retired_kid: retiredKid },
+      text: retiredKid
+        ? `New signing key ${kid}; ${retiredKid} is retired and still verifies tokens for ${retainedHours} h. Running instances switch within seconds.`
+        : `New signing key ${kid} (there was no active key).`,
+    }
+  },
+
   async demo(_values, context) {
     const { db, baseUrl } = context
     const [existing] = await db.select({ n: count() }).from(accounts)
@@ -162,7 +182,7 @@ export async function runCommand(argv: string[], context: CommandContext): Promi
     const { json, text } = await handler(values, context)
     return { exitCode: 0, output: values.json ? JSON.stringify(json, null, 2) : text }
   } catch (error) {
-    if (error instanceof UsageError || error instanceof ApiError) {
+    if (error instanceof UsageError || error instanceof ApiError || error instanceof SigningKeyError) {
       const message = error instanceof ApiError ? error.detail : error.message
       return { exitCode: error instanceof UsageError ? 2 : 1, output: values.json ? JSON.stringify({ error: message }) : `error: ${message}` }
     }

@@ -2,6 +2,7 @@ import { Elysia } from 'elysia'
 import { ApiError, OAuthError, PROBLEM_CONTENT_TYPE, badRequest, oauthErrorBody, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
 import { newId } from './ids.ts'
 import { redactedPath, type Logger } from './logger.ts'
+import { CORS_RESPONSE_HEADERS } from './cors.ts'
 
 export const MAX_BODY_BYTES = 1024 * 1024
 
@@ -177,7 +178,26 @@ export function httpFoundation(logger: Logger) {
     })
 }
 
-export type FetchHandler = (request: Request) => Response | Promise<Response>
+/** `clientAddress`: the peer's IP, which only the runtime adapter knows (Bun.serve, Deno.serve). */
+export type FetchHandler = (request: Request, clientAddress?: string) => Response | Promise<Response>
+
+const clientAddresses = new WeakMap<Request, string>()
+
+/** The IP address the request came from, as the runtime saw it ('unknown' when it did not say). */
+export const clientAddressOf = (request: Request): string => clientAddresses.get(request) ?? 'unknown'
+
+/**
+ * Failures answered before the app sees the request still take the shape of the endpoint:
+ * an OAuth error object, with CORS where the endpoint has it, so browsers can read it.
+ */
+function earlyFailure(request: Request, error: ApiError, requestId: string): Response {
+  const path = pathOf(request.url)
+  if (!OAUTH_ERROR_PATHS.has(path)) return problemResponse(error, requestId)
+  const oauthError = toOAuthError(error, path)
+  const headers: Record<string, string> = { 'cache-control': 'no-store', 'x-request-id': requestId, ...oauthError.headers }
+  if (path !== '/v0/auth/authorize') Object.assign(headers, CORS_RESPONSE_HEADERS)
+  return Response.json(oauthErrorBody(oauthError), { status: oauthError.status, headers })
+}
 
 function withRequestId(response: Response): [Response, string] {
   const existing = response.headers.get('x-request-id')
@@ -219,14 +239,15 @@ export function requestHandler(app: { fetch(request: Request): Response | Promis
   const failed = (request: Request, error: unknown): Response => {
     const requestId = newId('req')
     logger.error('unhandled error', { request_id: requestId, path: redactedPath(request.url), error: String(error) })
-    return problemResponse(new ApiError(500, 'internal_error', `Something went wrong on our side. Quote ${requestId} when reporting it.`), requestId)
+    return earlyFailure(request, new ApiError(500, 'internal_error', `Something went wrong on our side. Quote ${requestId} when reporting it.`), requestId)
   }
 
-  return function handle(request) {
+  return function handle(request, clientAddress) {
     const start = performance.now()
+    if (clientAddress !== undefined) clientAddresses.set(request, clientAddress)
     const declaredLength = request.headers.get('content-length')
     if (declaredLength !== null && Number(declaredLength) > MAX_BODY_BYTES) {
-      return finish(request, start, problemResponse(tooLarge(), newId('req')))
+      return finish(request, start, earlyFailure(request, tooLarge(), newId('req')))
     }
     let answered: Response | Promise<Response>
     try {

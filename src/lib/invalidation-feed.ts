@@ -3,7 +3,7 @@ import { queryRows, type Database, type DatabaseTransaction } from './db/client.
 import { cacheInvalidations } from './db/schema.ts'
 import type { Logger } from './logger.ts'
 
-export type InvalidationKind = 'api_key' | 'account'
+export type InvalidationKind = 'api_key' | 'account' | 'grant' | 'signing_key'
 
 /** Call inside the transaction that makes the change, so the two commit together. */
 export async function recordInvalidation(db: Database | DatabaseTransaction, kind: InvalidationKind, subjectId: string): Promise<void> {

@@ -49,12 +49,19 @@ export async function createSecretBox(keyBytes: Uint8Array): Promise<SecretBox> 
 export function resolveEncryptionKey(options: { configured: Uint8Array | undefined; dataDir: string; logger: Logger; multiInstance: boolean }): Uint8Array {
   if (options.configured) return options.configured
   const path = join(options.dataDir, 'encryption.key')
+  const read = () => new Uint8Array(Buffer.from(readFileSync(path, 'utf8').trim(), 'base64url'))
   try {
-    return new Uint8Array(Buffer.from(readFileSync(path, 'utf8').trim(), 'base64url'))
+    return read()
   } catch {
     mkdirSync(options.dataDir, { recursive: true, mode: 0o700 })
     const key = crypto.getRandomValues(new Uint8Array(32))
-    writeFileSync(path, Buffer.from(key).toString('base64url'), { mode: 0o600, flag: 'wx' })
+    try {
+      writeFileSync(path, Buffer.from(key).toString('base64url'), { mode: 0o600, flag: 'wx' })
+    } catch (error) {
+      // Another process starting at the same moment wrote it first: use theirs.
+      if ((error as NodeJS.ErrnoException).code === 'EEXIST') return read()
+      throw error
+    }
     chmodSync(path, 0o600)
     if (options.multiInstance) {
       options.logger.warn(`ENCRYPTION_KEY is not set: created ${path}. Every instance sharing this database needs the same key: set ENCRYPTION_KEY.`)

@@ -45,7 +45,8 @@ export function apiReference(options: { publicUrl: string }) {
         specPath: '/v0/openapi.json',
         // The plugin's own page resolves the spec relative to the site root; ours is below.
         provider: null,
-        exclude: { paths: [/^\/v0\/docs/, '/v0/openapi.json'] },
+        // staticFile: false, or the plugin drops every path with a dot (/.well-known/…).
+        exclude: { staticFile: false, paths: [/^\/v0\/docs/, '/v0/openapi.json'] },
         documentation: {
           info: {
             title: 'Messaging Service API',

@@ -9,7 +9,8 @@ setDefaultTimeout(90_000)
 
 const database = await createTestDatabase()
 afterAll(() => database.drop())
-const env: Record<string, string> = database.url ? { DATABASE_URL: database.url } : { DATA_DIR: freshDataDir() }
+// DATA_DIR in both modes: on PostgreSQL it still holds the encryption key file.
+const env: Record<string, string> = database.url ? { DATABASE_URL: database.url, DATA_DIR: freshDataDir() } : { DATA_DIR: freshDataDir() }
 if (database.url) await database.handle.close()
 
 test.if(denoAvailable || process.env.CI === 'true')('deno run src/deno.ts serves /healthz and an authenticated GET /v0/account', async () => {
@@ -19,7 +20,7 @@ test.if(denoAvailable || process.env.CI === 'true')('deno run src/deno.ts serves
 
   const server = await startServerProcess(['deno', 'run', '--allow-all', '--quiet', 'src/deno.ts'], env, 60_000)
   try {
-    expect(server.output()).toContain('"runtime":"deno"')
+    await server.waitForOutput('"runtime":"deno"')
     expect(await (await fetch(`${server.origin}/healthz`)).json()).toEqual({ status: 'ok' })
 
     const account = await fetch(`${server.origin}/v0/account?key=${demo.api_key.secret}`)

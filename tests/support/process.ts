@@ -19,6 +19,8 @@ export interface RunningProcess {
   process: Subprocess<'ignore', 'pipe', 'pipe'>
   origin: string
   output(): string
+  /** Resolves once the output contains `text`; fails after `timeoutMs`. */
+  waitForOutput(text: string, timeoutMs?: number): Promise<void>
   stop(signal?: NodeJS.Signals): Promise<number>
 }
 
@@ -53,6 +55,13 @@ export async function startServerProcess(command: string[], env: Record<string, 
     process: child,
     origin,
     output: () => output,
+    async waitForOutput(text, waitMs = 10_000) {
+      const until = Date.now() + waitMs
+      while (!output.includes(text)) {
+        if (Date.now() > until) throw new Error(`no "${text}" in the output within ${waitMs} ms:\n${output}`)
+        await Bun.sleep(20)
+      }
+    },
     async stop(signal = 'SIGTERM') {
       child.kill(signal)
       const code = await child.exited

@@ -1,7 +1,7 @@
 import { afterAll } from 'bun:test'
 import { loadConfig, type Config } from '../../src/lib/config.ts'
 import { createLogger } from '../../src/lib/logger.ts'
-import { MAX_BODY_BYTES } from '../../src/lib/http.ts'
+import { MAX_BODY_BYTES, type FetchHandler } from '../../src/lib/http.ts'
 import { createService, type Service } from '../../src/service.ts'
 import { createAccount } from '../../src/accounts/service.ts'
 import { createApiKey } from '../../src/auth/api-keys.ts'
@@ -21,6 +21,9 @@ export interface TestServer {
   stop(): Promise<void>
 }
 
+/** One per test process: tests never fall back to writing ./data/encryption.key. */
+const TEST_ENCRYPTION_KEY = Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64url')
+
 /**
  * The real app on a real port over an isolated real database, served exactly as src/server.ts
  * serves it. Stopped after the file's tests unless the test stops it first.
@@ -34,15 +37,15 @@ export async function startTestServer(options: { env?: Record<string, string>; d
     logs.push(JSON.parse(line))
   })
   // Listen first: PUBLIC_URL must name the real port, as it would in production.
-  let handle: (request: Request) => Response | Promise<Response> = () => new Response(null, { status: 503 })
+  let handle: FetchHandler = () => new Response(null, { status: 503 })
   const server = Bun.serve({
     port: 0,
     hostname: '127.0.0.1',
-    fetch: (request) => handle(request),
+    fetch: (request, server) => handle(request, server.requestIP(request)?.address),
     maxRequestBodySize: MAX_BODY_BYTES * 8,
   })
   const origin = `http://127.0.0.1:${server.port}`
-  const config = loadConfig({ PORT: String(server.port), PUBLIC_URL: origin, LOG_LEVEL: 'debug', ...options.env })
+  const config = loadConfig({ PORT: String(server.port), PUBLIC_URL: origin, LOG_LEVEL: 'debug', ENCRYPTION_KEY: TEST_ENCRYPTION_KEY, ...options.env })
   const service = await createService({ config, logger, handle: database.handle })
   handle = service.fetch
 

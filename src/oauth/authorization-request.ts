@@ -1,0 +1,139 @@
+import { eq } from 'drizzle-orm'
+import type { Database } from '../lib/db/client.ts'
+import { oauthClients } from '../lib/db/schema.ts'
+import type { OAuthErrorCode } from '../lib/errors.ts'
+import { isId } from '../lib/ids.ts'
+import { SCOPES, type Scope } from '../auth/scopes.ts'
+
+export type OAuthClient = typeof oauthClients.$inferSelect
+
+export const DEFAULT_SCOPE: readonly Scope[] = ['account:read', 'hooks:read', 'hooks:write']
+
+/** What a client sends to start the flow (query of GET /auth/authorize, body of POST). */
+export interface AuthorizationParams {
+  client_id?: string
+  redirect_uri?: string
+  response_type?: string
+  state?: string
+  code_challenge?: string
+  code_challenge_method?: string
+  scope?: string
+  resource?: string | string[]
+}
+
+export interface ValidAuthorizationRequest {
+  client: OAuthClient
+  redirectUri: string
+  state: string | undefined
+  codeChallenge: string
+  scopes: Scope[]
+  /** RFC 8707: the resources the tokens will be good for (their `aud`). */
+  audience: string[]
+}
+
+export type AuthorizationCheck =
+  | { ok: true; request: ValidAuthorizationRequest }
+  /** Unknown client or redirect: shown to the user, never redirected (RFC 9700 §4.1). */
+  | { ok: false; redirect: false; description: string }
+  /** Anything else: sent back to the client's (verified) redirect URI. */
+  | { ok: false; redirect: true; redirectUri: string; state: string | undefined; error: OAuthErrorCode; description: string }
+
+const LOOPBACK_HOSTS = new Set(['127.0.0.1', '[::1]', 'localhost'])
+// RFC 7636 §4.2: an S256 challenge is the base64url SHA-256 of the verifier: 43 characters.
+const S256_CHALLENGE = /^[A-Za-z0-9_-]{43}$/
+const MAX_STATE_LENGTH = 2048
+
+/**
+ * Exact match with a registered URI, except that a loopback redirect may use any port
+ * (RFC 8252 §7.3: native apps listen on an ephemeral port).
+ */
+export function matchesRegisteredRedirect(registered: readonly string[], requested: string): boolean {
+  if (registered.includes(requested)) return true
+  let asked: URL
+  try {
+    asked = new URL(requested)
+  } catch {
+    return false
+  }
+  if (asked.protocol !== 'http:' || !LOOPBACK_HOSTS.has(asked.hostname)) return false
+  return registered.some((uri) => {
+    try {
+      const known = new URL(uri)
+      return (
+        known.protocol === 'http:' &&
+        known.hostname === asked.hostname &&
+        known.pathname === asked.pathname &&
+        known.search === asked.search &&
+        !asked.username &&
+        !asked.password &&
+        !asked.hash
+      )
+    } catch {
+      return false
+    }
+  })
+}
+
+export function parseScope(raw: string | undefined, client: OAuthClient): Scope[] | null {
+  const allowed = client.scope ? client.scope.split(' ') : SCOPES
+  if (raw === undefined || raw.trim() === '') return client.scope ? (client.scope.split(' ') as Scope[]) : [...DEFAULT_SCOPE]
+  const requested = [...new Set(raw.split(' ').filter(Boolean))]
+  if (requested.some((scope) => !allowed.includes(scope as Scope) || !SCOPES.includes(scope as Scope))) return null
+  return requested as Scope[]
+}
+
+/** The audiences a `resource` parameter names: `{base_url}` and/or `{base_url}/mcp`; none = both. */
+export function parseResource(raw: string | string[] | undefined, baseUrl: string): string[] | null {
+  const resources = raw === undefined ? [] : Array.isArray(raw) ? raw : [raw]
+  const known = [baseUrl, `${baseUrl}/mcp`]
+  if (resources.length === 0) return known
+  if (resources.some((resource) => !known.includes(resource))) return null
+  return [...new Set(resources)]
+}
+
+export async function findClient(db: Database, clientId: string | undefined): Promise<OAuthClient | null> {
+  if (!clientId || !isId('cli', clientId)) return null
+  const [client] = await db.select().from(oauthClients).where(eq(oauthClients.id, clientId))
+  return client ?? null
+}
+
+/**
+ * The checks of an authorization request, in the order RFC 6749 §4.1.2.1 requires: client and
+ * redirect URI first (failures are shown, never redirected), then everything else.
+ */
+export async function checkAuthorizationRequest(
+  db: Database,
+  baseUrl: string,
+  params: AuthorizationParams,
+  options: { requireResponseType: boolean },
+): Promise<AuthorizationCheck> {
+  const client = await findClient(db, params.client_id)
+  if (!client) return { ok: false, redirect: false, description: 'This application is not registered (unknown client_id).' }
+  if (!params.redirect_uri || !matchesRegisteredRedirect(client.redirectUris, params.redirect_uri)) {
+    return { ok: false, redirect: false, description: 'The redirect_uri is not one this application registered.' }
+  }
+  const redirectUri = params.redirect_uri
+  const state = typeof params.state === 'string' && params.state.length <= MAX_STATE_LENGTH ? params.state : undefined
+  const fail = (error: OAuthErrorCode, description: string): AuthorizationCheck => ({ ok: false, redirect: true, redirectUri, state, error, description })
+
+  if (params.state !== undefined && state === undefined) return fail('invalid_request', `state must be at most ${MAX_STATE_LENGTH} characters.`)
+  if (options.requireResponseType && params.response_type !== 'code') {
+    return fail('unsupported_response_type', 'response_type must be code.')
+  }
+  if (params.code_challenge_method !== 'S256') return fail('invalid_request', 'code_challenge_method must be S256 (PKCE).')
+  if (!params.code_challenge || !S256_CHALLENGE.test(params.code_challenge)) {
+    return fail('invalid_request', 'code_challenge must be the base64url SHA-256 of the code verifier (43 characters).')
+  }
+  const scopes = parseScope(params.scope, client)
+  if (!scopes) return fail('invalid_scope', `scope must be among: ${(client.scope ?? SCOPES.join(' '))}.`)
+  const audience = parseResource(params.resource, baseUrl)
+  if (!audience) return fail('invalid_target', `resource must be ${baseUrl} or ${baseUrl}/mcp.`)
+  return { ok: true, request: { client, redirectUri, state, codeChallenge: params.code_challenge, scopes, audience } }
+}
+
+/** The redirect URI with the response parameters appended (RFC 6749 §4.1.2, RFC 9207 `iss`). */
+export function redirectWith(redirectUri: string, parameters: Record<string, string | undefined>): string {
+  const url = new URL(redirectUri)
+  for (const [name, value] of Object.entries(parameters)) if (value !== undefined) url.searchParams.set(name, value)
+  return url.toString()
+}

@@ -1,0 +1,111 @@
+import type { Scope } from '../auth/scopes.ts'
+
+const SCOPE_DESCRIPTIONS: Record<Scope, string> = {
+  'account:read': "See your account's name and id",
+  'hooks:read': 'See your webhook subscriptions and their delivery logs',
+  'hooks:write': 'Create and delete webhook subscriptions',
+  'messages:read': 'Read your messages and their status',
+  'messages:send': 'Send messages on your behalf',
+}
+
+export function escapeHtml(value: string): string {
+  return value.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`)
+}
+
+/** JSON that is safe inside <script>: no "</script>", no HTML comment openers. */
+const scriptJson = (value: unknown) => JSON.stringify(value).replace(/</g, '\\u003c').replace(/>/g, '\\u003e').replace(/&/g, '\\u0026')
+
+export interface ConsentPageInput {
+  nonce: string
+  clientName: string
+  redirectHost: string
+  scopes: Scope[]
+  /** The POST /auth/authorize body, less the id_token the page obtains by signing in. */
+  authorizeRequest: Record<string, unknown>
+  denyUrl: string
+  baseUrl: string
+}
+
+const STYLE = `
+  body { font: 16px/1.5 system-ui, sans-serif; margin: 0; background: #f4f5f7; color: #1d2330; }
+  main { max-width: 26rem; margin: 4rem auto; background: #fff; padding: 2rem; border-radius: 12px; box-shadow: 0 2px 12px #0002; }
+  h1 { font-size: 1.25rem; margin: 0 0 1rem; }
+  label { display: block; margin: .75rem 0 .25rem; font-weight: 600; }
+  input { width: 100%; box-sizing: border-box; padding: .5rem; font: inherit; border: 1px solid #b8bfcc; border-radius: 6px; }
+  ul { padding-left: 1.25rem; }
+  .actions { display: flex; gap: .75rem; margin-top: 1.5rem; }
+  button, a.button { flex: 1; padding: .6rem; font: inherit; border-radius: 6px; border: 1px solid #3451b2; text-align: center; text-decoration: none; cursor: pointer; }
+  button[type=submit] { background: #3451b2; color: #fff; }
+  a.button { color: #3451b2; background: #fff; }
+  .error { color: #b3261e; min-height: 1.5rem; }
+  .host { font-family: ui-monospace, monospace; }
+`
+
+/** The page a user sees at GET /auth/authorize: who asks, for what, sign in, Allow or Deny. */
+export function renderConsentPage(input: ConsentPageInput): string {
+  const scopeItems = input.scopes.map((scope) => `<li>${escapeHtml(SCOPE_DESCRIPTIONS[scope])}</li>`).join('')
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="referrer" content="no-referrer">
+<title>Authorize ${escapeHtml(input.clientName)}</title>
+<style nonce="${input.nonce}">${STYLE}</style>
+</head>
+<body>
+<main>
+  <h1><strong id="client-name">${escapeHtml(input.clientName)}</strong> wants to access your messaging account</h1>
+  <p>It will be able to:</p>
+  <ul id="scopes">${scopeItems}</ul>
+  <p>After you decide, you will be sent to <span class="host" id="redirect-host">${escapeHtml(input.redirectHost)}</span>.</p>
+  <form id="consent">
+    <label for="email">Email</label>
+    <input id="email" name="email" type="email" autocomplete="username" required>
+    <label for="password">Password</label>
+    <input id="password" name="password" type="password" autocomplete="current-password" required>
+    <p class="error" id="error" role="alert"></p>
+    <div class="actions">
+      <a class="button" id="deny" href="${escapeHtml(input.denyUrl)}">Deny</a>
+      <button type="submit" id="allow">Allow</button>
+    </div>
+  </form>
+</main>
+<script type="application/json" id="authorize-request">${scriptJson(input.authorizeRequest)}</script>
+<script nonce="${input.nonce}">
+  const baseUrl = ${scriptJson(input.baseUrl)}
+  const request = JSON.parse(document.getElementById('authorize-request').textContent)
+  const form = document.getElementById('consent')
+  const error = document.getElementById('error')
+  const post = (path, body) => fetch(baseUrl + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault()
+    error.textContent = ''
+    document.getElementById('allow').disabled = true
+    try {
+      const login = await post('/auth/login', { email: form.email.value, password: form.password.value })
+      const signedIn = await login.json()
+      if (!login.ok) throw new Error(signedIn.detail || 'Sign-in failed.')
+      const authorized = await post('/auth/authorize', { ...request, id_token: signedIn.id_token })
+      const result = await authorized.json()
+      if (!authorized.ok) throw new Error(result.error_description || 'Authorization failed.')
+      window.location.assign(result.redirect_to)
+    } catch (failure) {
+      error.textContent = failure.message
+      document.getElementById('allow').disabled = false
+    }
+  })
+</script>
+</body>
+</html>`
+}
+
+export function renderErrorPage(nonce: string, message: string): string {
+  return `<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Authorization error</title>
+<style nonce="${nonce}">${STYLE}</style></head>
+<body><main><h1>This authorization request cannot go on</h1><p class="error" id="error">${escapeHtml(message)}</p>
+<p>Return to the application and try again, or contact its developer.</p></main></body>
+</html>`
+}

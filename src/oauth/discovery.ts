@@ -1,0 +1,82 @@
+import { Elysia } from 'elysia'
+import type { Config } from '../lib/config.ts'
+import { SCOPES, type Scope } from '../auth/scopes.ts'
+import { cors } from '../lib/cors.ts'
+import { AuthorizationServerMetadata, ProtectedResourceMetadata } from './schemas.ts'
+
+/**
+ * Discovery documents (SPEC §6) at the seed's paths under `/v0` and at the RFC 8414 / RFC 9728
+ * path-insertion addresses on the origin root, which is where standard clients look for an
+ * issuer or resource with a path (`https://host/v0` → `https://host/.well-known/…/v0`).
+ */
+export const AUTHORIZATION_SERVER_METADATA_PATHS = [
+  '/v0/.well-known/oauth-authorization-server',
+  '/.well-known/oauth-authorization-server/v0',
+  // Some agents ignore path insertion and fetch only the bare address.
+  '/.well-known/oauth-authorization-server',
+] as const
+export const API_RESOURCE_METADATA_PATHS = ['/v0/.well-known/oauth-protected-resource', '/.well-known/oauth-protected-resource/v0'] as const
+export const MCP_RESOURCE_METADATA_PATHS = ['/v0/.well-known/oauth-protected-resource/mcp', '/.well-known/oauth-protected-resource/v0/mcp'] as const
+
+/** The MCP tools manage webhook subscriptions only: a client that asks for what the PRM lists gets no more. */
+export const MCP_SCOPES: readonly Scope[] = ['hooks:read', 'hooks:write']
+
+/** Short enough that a changed document reaches clients within minutes; long enough to spare repeated fetches. */
+export const DISCOVERY_CACHE_CONTROL = 'public, max-age=300'
+
+/** RFC 8414 metadata. The issuer is `{base_url}` exactly: clients compare it character for character. */
+export function authorizationServerMetadata(baseUrl: string) {
+  return {
+    issuer: baseUrl,
+    authorization_endpoint: `${baseUrl}/auth/authorize`,
+    token_endpoint: `${baseUrl}/auth/token`,
+    registration_endpoint: `${baseUrl}/auth/register`,
+    revocation_endpoint: `${baseUrl}/auth/revoke`,
+    jwks_uri: `${baseUrl}/.well-known/jwks.json`,
+    scopes_supported: [...SCOPES],
+    response_types_supported: ['code'],
+    response_modes_supported: ['query'],
+    grant_types_supported: ['authorization_code', 'refresh_token'],
+    token_endpoint_auth_methods_supported: ['none'],
+    revocation_endpoint_auth_methods_supported: ['none'],
+    code_challenge_methods_supported: ['S256'],
+    authorization_response_iss_parameter_supported: true,
+    service_documentation: `${baseUrl}/docs`,
+  }
+}
+
+/** RFC 9728 metadata of the REST API (`{base_url}`) or of the MCP endpoint (`{base_url}/mcp`). */
+export function protectedResourceMetadata(baseUrl: string, resource: 'api' | 'mcp') {
+  return {
+    resource: resource === 'api' ? baseUrl : `${baseUrl}/mcp`,
+    authorization_servers: [baseUrl],
+    scopes_supported: resource === 'api' ? [...SCOPES] : [...MCP_SCOPES],
+    bearer_methods_supported: ['header'],
+    resource_name: resource === 'api' ? 'Messaging Service API' : 'Messaging Service MCP server',
+    resource_documentation: `${baseUrl}/docs`,
+  }
+}
+
+/** Absolute paths: mount at the app's root, outside the `/v0` group. Public, no credential. */
+export function discoveryRoutes(deps: { config: Config }) {
+  const documents = [
+    { paths: AUTHORIZATION_SERVER_METADATA_PATHS, body: authorizationServerMetadata(deps.config.baseUrl), schema: AuthorizationServerMetadata, summary: 'OAuth authorization server metadata (RFC 8414)' },
+    { paths: API_RESOURCE_METADATA_PATHS, body: protectedResourceMetadata(deps.config.baseUrl, 'api'), schema: ProtectedResourceMetadata, summary: 'Protected resource metadata of the REST API (RFC 9728)' },
+    { paths: MCP_RESOURCE_METADATA_PATHS, body: protectedResourceMetadata(deps.config.baseUrl, 'mcp'), schema: ProtectedResourceMetadata, summary: 'Protected resource metadata of the MCP endpoint (RFC 9728)' },
+  ]
+  const allPaths = documents.flatMap((document) => document.paths)
+  const plugin = new Elysia({ tags: ['Discovery'] }).use(cors(Object.fromEntries(allPaths.map((path) => [path, ['GET']]))))
+  for (const { paths, body, schema, summary } of documents) {
+    for (const path of paths) {
+      plugin.get(
+        path,
+        ({ set }) => {
+          set.headers['cache-control'] = DISCOVERY_CACHE_CONTROL
+          return body
+        },
+        { response: { 200: schema }, detail: { summary, security: [] } },
+      )
+    }
+  }
+  return plugin
+}

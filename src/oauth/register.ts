@@ -1,0 +1,173 @@
+import { clientAddressOf } from '../lib/http.ts'
+import { Elysia, type Static } from 'elysia'
+import type { Database } from '../lib/db/client.ts'
+import { oauthClients } from '../lib/db/schema.ts'
+import { OAuthError } from '../lib/errors.ts'
+import { newId } from '../lib/ids.ts'
+import { countHit, type RateLimitWindow } from '../lib/rate-limit.ts'
+import { SCOPES } from '../auth/scopes.ts'
+import { cors } from '../lib/cors.ts'
+import {
+  type ApplicationType,
+  ClientRegistrationRequest,
+  ClientRegistrationResponse,
+  GRANT_TYPES,
+  type GrantType,
+  MAX_REDIRECT_URI_LENGTH,
+  OAuthErrorSchema,
+  RESPONSE_TYPES,
+  type ResponseType,
+} from './schemas.ts'
+
+export type ClientRegistrationRequestBody = Static<typeof ClientRegistrationRequest>
+export type ClientRegistration = Static<typeof ClientRegistrationResponse>
+
+/** The metadata a client is registered with, defaults applied: RFC 7591 §2 names. */
+export interface ClientMetadata {
+  redirect_uris: string[]
+  client_name?: string
+  scope?: string
+  grant_types: Static<typeof GrantType>[]
+  response_types: Static<typeof ResponseType>[]
+  token_endpoint_auth_method: 'none'
+  application_type: Static<typeof ApplicationType>
+}
+
+/** Registration is open, so it is the cheapest way to fill the database: 20 per client address per hour. */
+export const REGISTRATION_RATE_LIMIT: RateLimitWindow = { limit: 20, windowSeconds: 3600 }
+export const registrationRateLimitKey = (clientAddress: string) => `register:ip:${clientAddress}`
+
+// RFC 3986 characters only: no spaces, control characters, backslashes or raw non-ASCII, which
+// URL parsers repair or reinterpret silently (WHATWG drops tabs and reads `\` as `/`).
+const URI_CHARACTERS = /^[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%]+$/
+const USERINFO = /^[a-z][a-z0-9+.-]*:\/\/[^/?]*@/i
+const LOOPBACK_HOSTS = new Set(['127.0.0.1', '[::1]', 'localhost'])
+/** Schemes that run code, read local data or are no place to send an authorization code. */
+const FORBIDDEN_SCHEMES = new Set(['javascript', 'vbscript', 'data', 'blob', 'file', 'filesystem', 'about', 'view-source', 'ws', 'wss', 'ftp', 'mailto', 'tel', 'sms'])
+
+/**
+ * Why a redirect URI cannot be registered, or null if it can: https; http on a loopback host
+ * only (RFC 8252 §7.3); or a private-use scheme (RFC 8252 §7.1, `com.example.app:/cb`,
+ * `cursor://…`) that is not in FORBIDDEN_SCHEMES. Never a fragment (RFC 6749 §3.1.2), never
+ * userinfo (`https://trusted@evil.example` reads as trusted to a person).
+ */
+export function redirectUriProblem(uri: string): string | null {
+  if (uri.length > MAX_REDIRECT_URI_LENGTH) return `is longer than ${MAX_REDIRECT_URI_LENGTH} characters`
+  if (!URI_CHARACTERS.test(uri)) return 'contains characters a URI cannot hold (white space, control characters, backslashes or unencoded non-ASCII)'
+  if (uri.includes('#')) return 'must not contain a fragment (#)'
+  let url: URL
+  try {
+    url = new URL(uri)
+  } catch {
+    return 'is not an absolute URI'
+  }
+  if (USERINFO.test(uri) || url.username || url.password) return 'must not contain userinfo (user@host)'
+  const scheme = url.protocol.slice(0, -1)
+  if (scheme === 'https' || scheme === 'http') {
+    // The parser would read `https:example.com` as `https://example.com/`: only the written form is matched later.
+    if (!uri.slice(scheme.length + 1).startsWith('//')) return `must start with ${scheme}://`
+    if (scheme === 'https') return null
+    // The host as written: the parser turns `127.1` or `0x7f.1` into 127.0.0.1.
+    const writtenHost = uri.slice('http://'.length).split(/[/?]/, 1)[0]!.replace(/:\d*$/, '').toLowerCase()
+    if (LOOPBACK_HOSTS.has(writtenHost) && LOOPBACK_HOSTS.has(url.hostname)) return null
+    return 'may use http only with a loopback host (127.0.0.1, [::1] or localhost); use https'
+  }
+  if (FORBIDDEN_SCHEMES.has(scheme)) return `must not use the ${scheme}: scheme`
+  if (uri.length === url.protocol.length) return 'has a scheme and nothing after it'
+  return null
+}
+
+const invalidMetadata = (description: string) => new OAuthError(400, 'invalid_client_metadata', description)
+
+/** `scope` as a set of known scopes, in the order given, one space apart. */
+function normalizeScope(scope: string): string {
+  const requested = [...new Set(scope.split(' ').filter(Boolean))]
+  if (requested.length === 0) throw invalidMetadata('scope: name at least one scope.')
+  if (requested.some((name) => !(SCOPES as readonly string[]).includes(name))) {
+    throw invalidMetadata(`scope: unknown scope; the scopes are ${SCOPES.join(', ')}.`)
+  }
+  return requested.join(' ')
+}
+
+/**
+ * The rules a schema cannot express, applied to a body the schema has accepted; throws the
+ * OAuthError a client sees. Duplicates are dropped rather than refused: RFC 7591 §3.2.1 lets the
+ * server adjust values, and the response tells the client what was registered.
+ */
+export function validateClientMetadata(request: ClientRegistrationRequestBody): ClientMetadata {
+  for (const [index, uri] of request.redirect_uris.entries()) {
+    const problem = redirectUriProblem(uri)
+    if (problem) throw new OAuthError(400, 'invalid_redirect_uri', `redirect_uris/${index} ${problem}.`)
+  }
+  const grantTypes = [...new Set(request.grant_types ?? GRANT_TYPES)]
+  // RFC 7591 §2.1: the `code` response type (the only one) goes with the authorization_code grant.
+  if (!grantTypes.includes('authorization_code')) {
+    throw invalidMetadata('grant_types: must include authorization_code, the grant that goes with the code response type.')
+  }
+  const metadata: ClientMetadata = {
+    redirect_uris: [...new Set(request.redirect_uris)],
+    grant_types: grantTypes,
+    response_types: [...new Set(request.response_types ?? RESPONSE_TYPES)],
+    token_endpoint_auth_method: request.token_endpoint_auth_method ?? 'none',
+    application_type: request.application_type ?? 'web',
+  }
+  if (request.client_name !== undefined) metadata.client_name = request.client_name
+  if (request.scope !== undefined) metadata.scope = normalizeScope(request.scope)
+  return metadata
+}
+
+/** Counts a registration from this address; 429 `slow_down` with Retry-After past the limit. */
+export async function enforceRegistrationRateLimit(db: Database, clientAddress: string): Promise<void> {
+  const state = await countHit(db, registrationRateLimitKey(clientAddress), REGISTRATION_RATE_LIMIT)
+  if (state.limited) {
+    throw new OAuthError(429, 'slow_down', `Too many registrations from this address; retry in ${state.retryAfterSeconds} seconds.`, {
+      'retry-after': String(state.retryAfterSeconds),
+    })
+  }
+}
+
+/** Stores the client; the RFC 7591 §3.2.1 body: its id, issue time and the metadata as registered. */
+export async function registerClient(db: Database, metadata: ClientMetadata): Promise<ClientRegistration> {
+  const [client] = await db
+    .insert(oauthClients)
+    .values({
+      id: newId('cli'),
+      clientName: metadata.client_name,
+      redirectUris: metadata.redirect_uris,
+      grantTypes: metadata.grant_types,
+      responseTypes: metadata.response_types,
+      tokenEndpointAuthMethod: metadata.token_endpoint_auth_method,
+      applicationType: metadata.application_type,
+      scope: metadata.scope,
+    })
+    .returning({ id: oauthClients.id, createdAt: oauthClients.createdAt })
+  return { client_id: client!.id, client_id_issued_at: Math.floor(client!.createdAt.getTime() / 1000), ...metadata }
+}
+
+/** `POST /auth/register`, mounted under `/v0`. Failures become OAuth error bodies (OAUTH_ERROR_PATHS in src/lib/http.ts). */
+export function registrationRoutes(deps: { db: Database }) {
+  return new Elysia({ tags: ['OAuth'] })
+    .use(cors({ '/auth/register': ['POST'] }))
+    .post(
+      '/auth/register',
+      async ({ body, request, server, set, status }) => {
+        const metadata = validateClientMetadata(body)
+        // Counted after validation: only registrations that would be stored use up the allowance.
+        await enforceRegistrationRateLimit(deps.db, clientAddressOf(request))
+        set.headers['cache-control'] = 'no-store'
+        return status(201, await registerClient(deps.db, metadata))
+      },
+      {
+        parse: 'json',
+        body: ClientRegistrationRequest,
+        response: { 201: ClientRegistrationResponse, 400: OAuthErrorSchema, 429: OAuthErrorSchema },
+        detail: {
+          summary: 'Register an OAuth client (RFC 7591)',
+          description:
+            'Open dynamic client registration for public clients (`token_endpoint_auth_method: none`). Unknown metadata is ignored. ' +
+            'Failures are `{ error, error_description }`: `invalid_redirect_uri`, `invalid_client_metadata`, `invalid_request` ' +
+            '(malformed JSON, wrong content type) and 429 `slow_down` with `Retry-After`.',
+        },
+      },
+    )
+}

@@ -1,0 +1,102 @@
+import { t } from 'elysia'
+import { Type } from '@sinclair/typebox'
+import { SCOPES } from '../auth/scopes.ts'
+
+export const MAX_REDIRECT_URIS = 10
+export const MAX_REDIRECT_URI_LENGTH = 2048
+export const MAX_CLIENT_NAME_LENGTH = 256
+export const MAX_SCOPE_LENGTH = 512
+
+export const GRANT_TYPES = ['authorization_code', 'refresh_token'] as const
+export const RESPONSE_TYPES = ['code'] as const
+
+export const GrantType = t.Union([t.Literal('authorization_code'), t.Literal('refresh_token')])
+export const ResponseType = t.Literal('code')
+export const ApplicationType = t.Union([t.Literal('web'), t.Literal('native')], { description: 'Default `web`.' })
+
+const scopeDescription = `Space-separated scopes, each one of: ${SCOPES.join(', ')}.`
+
+/**
+ * RFC 7591 §2 client metadata. Unknown members (`logo_uri`, `client_uri`, `software_id`,
+ * `contacts`, …) are allowed and ignored (§2: the server MAY ignore metadata it does not
+ * understand; real MCP clients send them). Shapes and lengths are checked here; what a schema
+ * cannot say (what a redirect URI may be, which scopes exist) is checked by
+ * `validateClientMetadata` in register.ts.
+ */
+export const ClientRegistrationRequest = t.Object(
+  {
+    redirect_uris: t.Array(t.String({ minLength: 1 }), {
+      minItems: 1,
+      maxItems: MAX_REDIRECT_URIS,
+      description:
+        `Where the user may be sent back, each at most ${MAX_REDIRECT_URI_LENGTH} characters, no fragment, no userinfo: ` +
+        'https; http only on a loopback host (127.0.0.1, [::1], localhost); or a private-use scheme such as `com.example.app:/cb`.',
+    }),
+    client_name: t.Optional(t.String({ maxLength: MAX_CLIENT_NAME_LENGTH, description: 'Shown to the user on the consent page.' })),
+    scope: t.Optional(t.String({ minLength: 1, maxLength: MAX_SCOPE_LENGTH, description: scopeDescription })),
+    grant_types: t.Optional(
+      t.Array(GrantType, { minItems: 1, description: 'Default `["authorization_code", "refresh_token"]`.' }),
+    ),
+    response_types: t.Optional(t.Array(ResponseType, { minItems: 1, description: 'Default `["code"]`.' })),
+    token_endpoint_auth_method: t.Optional(t.Literal('none', { description: 'Public clients only: `none` (the default).' })),
+    application_type: t.Optional(ApplicationType),
+  },
+  { additionalProperties: true, title: 'ClientRegistrationRequest' },
+)
+
+/** RFC 7591 §3.2.1: the client id and every metadata value the server accepted. No member is ever null. */
+export const ClientRegistrationResponse = t.Object(
+  {
+    client_id: t.String({ examples: ['cli_01jd3m9x2qk7r5v8w4y6z0abcd'] }),
+    // TypeBox's Integer: Elysia's `t.Integer` also admits numeric strings, which a response never holds.
+    client_id_issued_at: Type.Integer({ description: 'Seconds since the Unix epoch.' }),
+    redirect_uris: t.Array(t.String()),
+    client_name: t.Optional(t.String()),
+    scope: t.Optional(t.String()),
+    grant_types: t.Array(GrantType),
+    response_types: t.Array(ResponseType),
+    token_endpoint_auth_method: t.Literal('none'),
+    application_type: ApplicationType,
+  },
+  { title: 'ClientRegistrationResponse' },
+)
+
+export const OAuthErrorSchema = t.Object(
+  { error: t.String({ examples: ['invalid_redirect_uri'] }), error_description: t.String() },
+  { title: 'OAuthError' },
+)
+
+/** RFC 8414 §2 (and the RFC 9207 `iss` flag). */
+export const AuthorizationServerMetadata = t.Object(
+  {
+    issuer: t.String(),
+    authorization_endpoint: t.String(),
+    token_endpoint: t.String(),
+    registration_endpoint: t.String(),
+    revocation_endpoint: t.String(),
+    jwks_uri: t.String(),
+    scopes_supported: t.Array(t.String()),
+    response_types_supported: t.Array(t.String()),
+    response_modes_supported: t.Array(t.String()),
+    grant_types_supported: t.Array(t.String()),
+    token_endpoint_auth_methods_supported: t.Array(t.String()),
+    revocation_endpoint_auth_methods_supported: t.Array(t.String()),
+    code_challenge_methods_supported: t.Array(t.String()),
+    authorization_response_iss_parameter_supported: t.Boolean(),
+    service_documentation: t.String(),
+  },
+  { title: 'AuthorizationServerMetadata' },
+)
+
+/** RFC 9728 §2. */
+export const ProtectedResourceMetadata = t.Object(
+  {
+    resource: t.String(),
+    authorization_servers: t.Array(t.String()),
+    scopes_supported: t.Array(t.String()),
+    bearer_methods_supported: t.Array(t.String()),
+    resource_name: t.String(),
+    resource_documentation: t.String(),
+  },
+  { title: 'ProtectedResourceMetadata' },
+)

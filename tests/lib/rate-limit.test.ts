@@ -1,0 +1,35 @@
+import { afterAll, expect, test } from 'bun:test'
+import { clearHits, countHit, peekHits } from '../../src/lib/rate-limit.ts'
+import { createTestDatabase } from '../support/database.ts'
+
+const database = await createTestDatabase()
+afterAll(() => database.drop())
+const db = database.handle.db
+const window = { limit: 3, windowSeconds: 60 }
+
+test('hits are counted per key; past the limit the key is limited until its window ends', async () => {
+  const states = []
+  for (let i = 0; i < 4; i++) states.push(await countHit(db, 'test:a', window))
+  expect(states.map((state) => [state.count, state.limited])).toEqual([[1, false], [2, false], [3, false], [4, true]])
+  expect(states[3]!.retryAfterSeconds).toBeGreaterThan(0)
+  expect(states[3]!.retryAfterSeconds).toBeLessThanOrEqual(60)
+  expect((await countHit(db, 'test:b', window)).count).toBe(1)
+})
+
+test('peeking counts nothing; clearing resets', async () => {
+  await countHit(db, 'test:c', window)
+  await countHit(db, 'test:c', window)
+  await countHit(db, 'test:c', window)
+  expect(await peekHits(db, 'test:c', window)).toMatchObject({ count: 3, limited: true })
+  expect((await peekHits(db, 'test:c', window)).count).toBe(3)
+  await clearHits(db, 'test:c')
+  expect(await peekHits(db, 'test:c', window)).toEqual({ count: 0, limited: false, retryAfterSeconds: 0 })
+})
+
+test('a window that has passed starts again at one', async () => {
+  const short = { limit: 1, windowSeconds: 1 }
+  await countHit(db, 'test:d', short)
+  expect((await countHit(db, 'test:d', short)).limited).toBe(true)
+  await Bun.sleep(1_100)
+  expect(await countHit(db, 'test:d', short)).toMatchObject({ count: 1, limited: false })
+})

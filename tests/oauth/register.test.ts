@@ -1,0 +1,328 @@
+import { beforeEach, describe, expect, test } from 'bun:test'
+import { eq, like } from 'drizzle-orm'
+import { startTestServer } from '../support/server.ts'
+import { oauthClients, rateLimits } from '../../src/lib/db/schema.ts'
+import { isId } from '../../src/lib/ids.ts'
+import { REGISTRATION_RATE_LIMIT, redirectUriProblem, validateClientMetadata } from '../../src/oauth/register.ts'
+
+const server = await startTestServer()
+const db = server.database.handle.db
+
+// Every registration from this test client counts against one address's allowance.
+beforeEach(async () => {
+  await db.delete(rateLimits).where(like(rateLimits.key, 'register:ip:%'))
+})
+
+const register = (body: BodyInit, contentType = 'application/json') =>
+  server.fetch('/v0/auth/register', { method: 'POST', body, headers: { 'content-type': contentType } })
+const registerJson = (body: unknown) => register(JSON.stringify(body))
+
+const LOOPBACK_CALLBACK = 'http://127.0.0.1:33418/callback'
+
+async function expectOAuthError(response: Response, status: number, error: string) {
+  expect(response.status).toBe(status)
+  expect(response.headers.get('content-type')).toBe('application/json')
+  expect(response.headers.get('cache-control')).toBe('no-store')
+  const body = await response.json()
+  expect(body).toEqual({ error, error_description: expect.any(String) })
+  expect(body.error_description.length).toBeGreaterThan(0)
+  return body as { error: string; error_description: string }
+}
+
+function expectNoNulls(value: unknown, path = ''): void {
+  expect(value === null ? path : 'not null').toBe('not null')
+  if (value && typeof value === 'object') for (const [key, inner] of Object.entries(value)) expectNoNulls(inner, `${path}/${key}`)
+}
+
+describe('redirectUriProblem', () => {
+  const accepted = [
+    'https://app.example.com/oauth/callback',
+    'https://app.example.com/cb?tenant=7',
+    'http://127.0.0.1:33418/callback',
+    'http://127.0.0.1/callback',
+    'http://localhost:6274/oauth/callback',
+    'http://LOCALHOST:6274/cb',
+    'http://[::1]:8080/cb',
+    'cursor://anysphere.cursor-mcp/oauth/callback',
+    'com.example.app:/cb',
+    'vscode://vscode.github-authentication/did-authenticate',
+    'myapp://callback',
+  ]
+  for (const uri of accepted) test(`accepts ${uri}`, () => expect(redirectUriProblem(uri)).toBeNull())
+
+  const refused: [string, string, RegExp][] = [
+    ['javascript:', 'javascript:alert(document.cookie)', /javascript/],
+    ['javascript: in capitals', 'JAVASCRIPT:alert(1)', /javascript/],
+    ['data:', 'data:text/html,<script>alert(1)</script>', /characters|data/],
+    ['data: without markup', 'data:text/plain,hello', /data/],
+    ['file:', 'file:///etc/passwd', /file/],
+    ['vbscript:', 'vbscript:msgbox(1)', /vbscript/],
+    ['blob:', 'blob:https://app.example.com/0b5e', /blob/],
+    ['a fragment', 'https://app.example.com/cb#token', /fragment/],
+    ['an empty fragment', 'https://app.example.com/cb#', /fragment/],
+    ['userinfo', 'https://trusted.example.com@evil.example/cb', /userinfo/],
+    ['userinfo on a loopback address', 'http://user:pass@127.0.0.1/cb', /userinfo/],
+    ['userinfo in a private-use URI', 'cursor://me@anysphere.cursor-mcp/cb', /userinfo/],
+    ['http on a public host', 'http://app.example.com/cb', /loopback/],
+    ['http on a host that starts like localhost', 'http://localhost.evil.example/cb', /loopback/],
+    ['http on 127.0.0.1 spelt another way', 'http://127.1/cb', /loopback/],
+    ['http on a hex loopback address', 'http://0x7f000001/cb', /loopback/],
+    ['http on a private address', 'http://192.168.1.10/cb', /loopback/],
+    ['https without //', 'https:app.example.com/cb', /https:\/\//],
+    ['a relative URI', '/callback', /absolute/],
+    ['a bare host', 'app.example.com/callback', /absolute/],
+    ['white space', 'https://app.example.com/a b', /characters/],
+    ['a tab the parser would drop', 'https://app.example.com/\tcb', /characters/],
+    ['a backslash the parser would read as /', 'https://app.example.com\\@evil.example/', /characters/],
+    ['raw non-ASCII', 'https://exämple.com/cb', /characters/],
+    ['a scheme and nothing else', 'myapp:', /nothing after/],
+    ['2049 characters', `https://app.example.com/${'a'.repeat(2049 - 'https://app.example.com/'.length)}`, /2048/],
+  ]
+  for (const [name, uri, reason] of refused) test(`refuses ${name}`, () => expect(redirectUriProblem(uri)).toMatch(reason))
+
+  test('2048 characters are fine', () => {
+    expect(redirectUriProblem(`https://app.example.com/${'a'.repeat(2048 - 'https://app.example.com/'.length)}`)).toBeNull()
+  })
+})
+
+describe('validateClientMetadata', () => {
+  test('applies the RFC 7591 defaults and adds nothing else', () => {
+    expect(validateClientMetadata({ redirect_uris: [LOOPBACK_CALLBACK] })).toEqual({
+      redirect_uris: [LOOPBACK_CALLBACK],
+      grant_types: ['authorization_code', 'refresh_token'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'none',
+      application_type: 'web',
+    })
+  })
+
+  test('drops duplicates and normalises the scope to single spaces', () => {
+    const metadata = validateClientMetadata({
+      redirect_uris: [LOOPBACK_CALLBACK, LOOPBACK_CALLBACK],
+      grant_types: ['authorization_code', 'authorization_code'],
+      scope: '  hooks:read  hooks:write hooks:read ',
+    })
+    expect(metadata.redirect_uris).toEqual([LOOPBACK_CALLBACK])
+    expect(metadata.grant_types).toEqual(['authorization_code'])
+    expect(metadata.scope).toBe('hooks:read hooks:write')
+  })
+
+  test('names the offending redirect URI by its index', () => {
+    expect(() => validateClientMetadata({ redirect_uris: [LOOPBACK_CALLBACK, 'javascript:alert(1)'] })).toThrow(/redirect_uris\/1/)
+  })
+
+  test('refuses unknown scopes, a blank scope and refresh_token without authorization_code', () => {
+    expect(() => validateClientMetadata({ redirect_uris: [LOOPBACK_CALLBACK], scope: 'hooks:read admin' })).toThrow(/unknown scope/)
+    expect(() => validateClientMetadata({ redirect_uris: [LOOPBACK_CALLBACK], scope: '   ' })).toThrow(/at least one/)
+    expect(() => validateClientMetadata({ redirect_uris: [LOOPBACK_CALLBACK], grant_types: ['refresh_token'] })).toThrow(/authorization_code/)
+  })
+})
+
+describe('POST /v0/auth/register accepts', () => {
+  // Bodies as real MCP clients send them, extra metadata included.
+  const clients: [string, Record<string, unknown>][] = [
+    [
+      'Claude Code',
+      {
+        client_name: 'Claude Code (messaging)',
+        redirect_uris: ['http://localhost:54212/callback'],
+        grant_types: ['authorization_code', 'refresh_token'],
+        response_types: ['code'],
+        token_endpoint_auth_method: 'none',
+      },
+    ],
+    [
+      'Cursor',
+      {
+        client_name: 'Cursor',
+        redirect_uris: ['cursor://anysphere.cursor-mcp/oauth/callback'],
+        grant_types: ['authorization_code', 'refresh_token'],
+        response_types: ['code'],
+        token_endpoint_auth_method: 'none',
+      },
+    ],
+    [
+      'the MCP Inspector, with every optional metadata field',
+      {
+        client_name: 'MCP Inspector',
+        redirect_uris: ['http://localhost:6274/oauth/callback', 'http://localhost:6274/oauth/callback/debug'],
+        grant_types: ['authorization_code', 'refresh_token'],
+        response_types: ['code'],
+        token_endpoint_auth_method: 'none',
+        client_uri: 'https://github.com/modelcontextprotocol/inspector',
+        logo_uri: 'https://example.com/logo.png',
+        tos_uri: 'https://example.com/tos',
+        policy_uri: 'https://example.com/privacy',
+        contacts: ['ops@example.com'],
+        software_id: '2f1c0b6e-inspector',
+        software_version: '0.16.2',
+        jwks_uri: null,
+        scope: 'hooks:read hooks:write',
+      },
+    ],
+    ['a native app on a private-use scheme', { redirect_uris: ['com.example.app:/cb'], application_type: 'native' }],
+  ]
+
+  for (const [name, body] of clients) {
+    test(name, async () => {
+      const response = await registerJson(body)
+      expect(response.status).toBe(201)
+      expect(response.headers.get('cache-control')).toBe('no-store')
+      expect(response.headers.get('content-type')).toStartWith('application/json')
+      const registration = await response.json()
+      expectNoNulls(registration)
+      expect(isId('cli', registration.client_id)).toBe(true)
+      expect(Math.abs(registration.client_id_issued_at - Date.now() / 1000)).toBeLessThan(60)
+      expect(Number.isInteger(registration.client_id_issued_at)).toBe(true)
+      const expected: Record<string, unknown> = {
+        client_id: registration.client_id,
+        client_id_issued_at: registration.client_id_issued_at,
+        redirect_uris: body.redirect_uris,
+        grant_types: body.grant_types ?? ['authorization_code', 'refresh_token'],
+        response_types: body.response_types ?? ['code'],
+        token_endpoint_auth_method: 'none',
+        application_type: body.application_type ?? 'web',
+      }
+      if (body.client_name !== undefined) expected.client_name = body.client_name
+      if (body.scope !== undefined) expected.scope = body.scope
+      // Exactly these members: unknown metadata is neither echoed nor stored.
+      expect(registration).toEqual(expected)
+
+      const [stored] = await db.select().from(oauthClients).where(eq(oauthClients.id, registration.client_id))
+      expect(stored).toMatchObject({
+        clientName: (body.client_name as string | undefined) ?? null,
+        redirectUris: body.redirect_uris as string[],
+        grantTypes: registration.grant_types,
+        responseTypes: registration.response_types,
+        tokenEndpointAuthMethod: 'none',
+        applicationType: registration.application_type,
+        scope: (body.scope as string | undefined) ?? null,
+      })
+    })
+  }
+
+  test('the minimal body: only redirect_uris, defaults echoed, no client_name or scope member', async () => {
+    const registration = await (await registerJson({ redirect_uris: ['https://app.example.com/cb'] })).json()
+    expect(Object.keys(registration).sort()).toEqual(
+      ['application_type', 'client_id', 'client_id_issued_at', 'grant_types', 'redirect_uris', 'response_types', 'token_endpoint_auth_method'].sort(),
+    )
+  })
+
+  test('a client name with markup and SQL is stored as plain text', async () => {
+    const client_name = "<script>alert(1)</script>'; drop table oauth_clients; -- 🦀"
+    const registration = await (await registerJson({ redirect_uris: [LOOPBACK_CALLBACK], client_name })).json()
+    expect(registration.client_name).toBe(client_name)
+    const [stored] = await db.select().from(oauthClients).where(eq(oauthClients.id, registration.client_id))
+    expect(stored!.clientName).toBe(client_name)
+  })
+
+  test('each registration gets its own client_id', async () => {
+    const first = await (await registerJson({ redirect_uris: [LOOPBACK_CALLBACK] })).json()
+    const second = await (await registerJson({ redirect_uris: [LOOPBACK_CALLBACK] })).json()
+    expect(first.client_id).not.toBe(second.client_id)
+  })
+})
+
+describe('POST /v0/auth/register refuses', () => {
+  const valid = { redirect_uris: [LOOPBACK_CALLBACK] }
+  const refused: [string, unknown, string][] = [
+    ['redirect_uris missing', { client_name: 'x' }, 'invalid_client_metadata'],
+    ['redirect_uris empty', { redirect_uris: [] }, 'invalid_client_metadata'],
+    ['redirect_uris a string, not an array', { redirect_uris: LOOPBACK_CALLBACK }, 'invalid_client_metadata'],
+    ['redirect_uris null', { redirect_uris: null }, 'invalid_client_metadata'],
+    ['a redirect URI that is a number', { redirect_uris: [42] }, 'invalid_client_metadata'],
+    ['an empty redirect URI', { redirect_uris: [''] }, 'invalid_client_metadata'],
+    ['11 redirect URIs', { redirect_uris: Array.from({ length: 11 }, (_, i) => `https://app.example.com/cb/${i}`) }, 'invalid_client_metadata'],
+    ['a javascript: redirect URI', { redirect_uris: ['javascript:alert(1)'] }, 'invalid_redirect_uri'],
+    ['a data: redirect URI', { redirect_uris: ['data:text/plain,hi'] }, 'invalid_redirect_uri'],
+    ['a file: redirect URI', { redirect_uris: ['file:///etc/passwd'] }, 'invalid_redirect_uri'],
+    ['a redirect URI with a fragment', { redirect_uris: ['https://app.example.com/cb#x'] }, 'invalid_redirect_uri'],
+    ['a redirect URI with userinfo', { redirect_uris: ['https://user@app.example.com/cb'] }, 'invalid_redirect_uri'],
+    ['an http redirect URI on a public host', { redirect_uris: ['http://app.example.com/cb'] }, 'invalid_redirect_uri'],
+    ['a relative redirect URI', { redirect_uris: ['/callback'] }, 'invalid_redirect_uri'],
+    ['a redirect URI of 2049 characters', { redirect_uris: [`https://a.example/${'a'.repeat(2031)}`] }, 'invalid_redirect_uri'],
+    ['one bad redirect URI among good ones', { redirect_uris: [LOOPBACK_CALLBACK, 'javascript:alert(1)'] }, 'invalid_redirect_uri'],
+    ['client_name of 257 characters', { ...valid, client_name: 'x'.repeat(257) }, 'invalid_client_metadata'],
+    ['client_name a number', { ...valid, client_name: 7 }, 'invalid_client_metadata'],
+    ['client_name null', { ...valid, client_name: null }, 'invalid_client_metadata'],
+    ['scope of 513 characters', { ...valid, scope: `hooks:read ${' '.repeat(502)}` }, 'invalid_client_metadata'],
+    ['an unknown scope', { ...valid, scope: 'hooks:read admin' }, 'invalid_client_metadata'],
+    ['scopes separated by commas', { ...valid, scope: 'hooks:read,hooks:write' }, 'invalid_client_metadata'],
+    ['an empty scope', { ...valid, scope: '' }, 'invalid_client_metadata'],
+    ['scope an array', { ...valid, scope: ['hooks:read'] }, 'invalid_client_metadata'],
+    ['grant_types with password', { ...valid, grant_types: ['authorization_code', 'password'] }, 'invalid_client_metadata'],
+    ['grant_types with implicit', { ...valid, grant_types: ['implicit'] }, 'invalid_client_metadata'],
+    ['grant_types with client_credentials', { ...valid, grant_types: ['client_credentials'] }, 'invalid_client_metadata'],
+    ['grant_types empty', { ...valid, grant_types: [] }, 'invalid_client_metadata'],
+    ['grant_types a string', { ...valid, grant_types: 'authorization_code' }, 'invalid_client_metadata'],
+    ['grant_types without authorization_code', { ...valid, grant_types: ['refresh_token'] }, 'invalid_client_metadata'],
+    ['response_types token', { ...valid, response_types: ['token'] }, 'invalid_client_metadata'],
+    ['response_types code id_token', { ...valid, response_types: ['code id_token'] }, 'invalid_client_metadata'],
+    ['token_endpoint_auth_method client_secret_basic', { ...valid, token_endpoint_auth_method: 'client_secret_basic' }, 'invalid_client_metadata'],
+    ['token_endpoint_auth_method private_key_jwt', { ...valid, token_endpoint_auth_method: 'private_key_jwt' }, 'invalid_client_metadata'],
+    ['application_type service', { ...valid, application_type: 'service' }, 'invalid_client_metadata'],
+    ['a JSON array instead of an object', [valid], 'invalid_client_metadata'],
+    ['JSON null', null, 'invalid_client_metadata'],
+    ['a JSON string', 'redirect_uris', 'invalid_client_metadata'],
+  ]
+  for (const [name, body, error] of refused) {
+    test(`${name}: 400 ${error}`, async () => {
+      await expectOAuthError(await registerJson(body), 400, error)
+    })
+  }
+
+  test('nothing is stored for a refused registration', async () => {
+    const before = (await db.select({ id: oauthClients.id }).from(oauthClients)).length
+    await registerJson({ redirect_uris: ['javascript:alert(1)'], client_name: 'refused' })
+    await registerJson({ redirect_uris: [LOOPBACK_CALLBACK], client_name: 'refused', scope: 'admin' })
+    expect((await db.select({ id: oauthClients.id }).from(oauthClients)).length).toBe(before)
+  })
+
+  test('the description names the field', async () => {
+    expect((await expectOAuthError(await registerJson({ ...valid, client_name: 'x'.repeat(257) }), 400, 'invalid_client_metadata')).error_description).toContain('client_name')
+    expect((await expectOAuthError(await registerJson({ redirect_uris: [LOOPBACK_CALLBACK, 'http://evil.example/'] }), 400, 'invalid_redirect_uri')).error_description).toContain('redirect_uris/1')
+  })
+
+  test('malformed JSON: 400 invalid_request, an OAuth error body and not problem+json', async () => {
+    await expectOAuthError(await register('{"redirect_uris": ['), 400, 'invalid_request')
+    await expectOAuthError(await register(''), 400, 'invalid_request')
+  })
+
+  test('a wrong content type: 415 invalid_request, an OAuth error body', async () => {
+    await expectOAuthError(await register(`redirect_uris=${encodeURIComponent(LOOPBACK_CALLBACK)}`, 'application/x-www-form-urlencoded'), 415, 'invalid_request')
+    await expectOAuthError(await register(JSON.stringify(valid), 'text/plain'), 415, 'invalid_request')
+  })
+
+  test('a body over 1 MB sent without a declared length: 413 as an OAuth error body', async () => {
+    const chunks = (async function* () {
+      for (let i = 0; i < 32; i++) yield new TextEncoder().encode('x'.repeat(64 * 1024))
+    })()
+    await expectOAuthError(await register(chunks as unknown as BodyInit), 413, 'invalid_request')
+  })
+
+  test('bytes that are not UTF-8 never cause a 5xx', async () => {
+    const response = await register(new Uint8Array([0x7b, 0x22, 0x72, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d]))
+    expect(response.status).toBe(400)
+  })
+})
+
+describe('POST /v0/auth/register is rate-limited per client address', () => {
+  test(`the registration after ${REGISTRATION_RATE_LIMIT.limit} in an hour: 429 slow_down with Retry-After`, async () => {
+    for (let i = 0; i < REGISTRATION_RATE_LIMIT.limit; i++) {
+      expect((await registerJson({ redirect_uris: [LOOPBACK_CALLBACK] })).status).toBe(201)
+    }
+    const response = await registerJson({ redirect_uris: [LOOPBACK_CALLBACK] })
+    await expectOAuthError(response, 429, 'slow_down')
+    const retryAfter = Number(response.headers.get('retry-after'))
+    expect(retryAfter).toBeGreaterThan(REGISTRATION_RATE_LIMIT.windowSeconds - 60)
+    expect(retryAfter).toBeLessThanOrEqual(REGISTRATION_RATE_LIMIT.windowSeconds)
+    expect(response.headers.get('access-control-allow-origin')).toBe('*')
+  })
+
+  test('refused registrations do not use up the allowance', async () => {
+    for (let i = 0; i < REGISTRATION_RATE_LIMIT.limit + 5; i++) {
+      await expectOAuthError(await registerJson({ redirect_uris: ['javascript:alert(1)'] }), 400, 'invalid_redirect_uri')
+    }
+    expect((await registerJson({ redirect_uris: [LOOPBACK_CALLBACK] })).status).toBe(201)
+  })
+})
