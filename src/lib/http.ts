@@ -72,7 +72,7 @@ function toOAuthError(error: ApiError, path: string): OAuthError {
     return new OAuthError(400, path === '/v0/auth/register' ? 'invalid_client_metadata' : 'invalid_request', detail)
   }
   if (error.status >= 500) return new OAuthError(error.status, 'temporarily_unavailable', error.detail)
-  return new OAuthError(error.status === 404 ? 404 : error.status, 'invalid_request', error.detail, error.options.headers)
+  return new OAuthError(error.status, 'invalid_request', error.detail, error.options.headers)
 }
 
 interface ValidationIssue {

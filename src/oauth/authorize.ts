@@ -93,7 +93,6 @@ export function authorizeRoutes(deps: AuthorizeDeps) {
           scopes: request.scopes,
           authorizeRequest: body,
           denyUrl,
-          baseUrl: deps.baseUrl,
         })
         return new Response(page, { status: 200, headers: pageHeaders(nonce) })
       },

@@ -23,7 +23,6 @@ export interface ConsentPageInput {
   /** The POST /auth/authorize body, less the id_token the page obtains by signing in. */
   authorizeRequest: Record<string, unknown>
   denyUrl: string
-  baseUrl: string
 }
 
 const STYLE = `
@@ -73,20 +72,20 @@ export function renderConsentPage(input: ConsentPageInput): string {
 </main>
 <script type="application/json" id="authorize-request">${scriptJson(input.authorizeRequest)}</script>
 <script nonce="${input.nonce}">
-  const baseUrl = ${scriptJson(input.baseUrl)}
   const request = JSON.parse(document.getElementById('authorize-request').textContent)
   const form = document.getElementById('consent')
   const error = document.getElementById('error')
-  const post = (path, body) => fetch(baseUrl + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  // Relative to this page (/v0/auth/authorize): always its own origin, whatever PUBLIC_URL says.
+  const post = (path, body) => fetch(path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
   form.addEventListener('submit', async (event) => {
     event.preventDefault()
     error.textContent = ''
     document.getElementById('allow').disabled = true
     try {
-      const login = await post('/auth/login', { email: form.email.value, password: form.password.value })
+      const login = await post('login', { email: form.email.value, password: form.password.value })
       const signedIn = await login.json()
       if (!login.ok) throw new Error(signedIn.detail || 'Sign-in failed.')
-      const authorized = await post('/auth/authorize', { ...request, id_token: signedIn.id_token })
+      const authorized = await post('authorize', { ...request, id_token: signedIn.id_token })
       const result = await authorized.json()
       if (!authorized.ok) throw new Error(result.error_description || 'Authorization failed.')
       window.location.assign(result.redirect_to)
