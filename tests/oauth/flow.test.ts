@@ -1,7 +1,9 @@
 import { describe, expect, test } from 'bun:test'
 import { decodeJwt, decodeProtectedHeader } from 'jose'
 import { startTestServer } from '../support/server.ts'
-import { rateLimits } from '../../src/lib/db/schema.ts'
+import { eq } from 'drizzle-orm'
+import { authorizationCodes, rateLimits } from '../../src/lib/db/schema.ts'
+import { sha256Hex } from '../../src/lib/crypto.ts'
 import { REDIRECT_URI, authorizeAndRedeem, flowFixture, pkcePair, postForm, postJson, signIn } from './support.ts'
 
 const server = await startTestServer({ env: { OAUTH_REFRESH_GRACE_S: '2' } })
@@ -109,6 +111,30 @@ describe('codes', () => {
       const response = await redeemWith({ code_verifier })
       expect(response.status).toBe(400)
       expect((await response.json()).error).toBe('invalid_grant')
+    }
+  })
+
+  test('an expired code (past its 60 s) fails with invalid_grant', async () => {
+    const { verifier, challenge } = pkcePair()
+    const authorized = await postJson(server, '/v0/auth/authorize', {
+      client_id: fixture.clientId, redirect_uri: REDIRECT_URI, id_token: await signIn(server, fixture), code_challenge: challenge, code_challenge_method: 'S256',
+    })
+    const { code } = await authorized.json()
+    const [stored] = await server.database.handle.db.select().from(authorizationCodes).where(eq(authorizationCodes.codeHash, sha256Hex(code)))
+    expect(stored!.expiresAt.getTime() - stored!.createdAt.getTime()).toBeLessThanOrEqual(61_000)
+    await server.database.handle.db
+      .update(authorizationCodes)
+      .set({ expiresAt: new Date(Date.now() - 1_000) })
+      .where(eq(authorizationCodes.codeHash, sha256Hex(code)))
+    const response = await postJson(server, '/v0/auth/token', { grant_type: 'authorization_code', code, client_id: fixture.clientId, redirect_uri: REDIRECT_URI, code_verifier: verifier })
+    expect(response.status).toBe(400)
+    expect(await response.json()).toEqual({ error: 'invalid_grant', error_description: 'The authorization code has expired.' })
+  })
+
+  test('oversized and junk codes are refused without a server error', async () => {
+    for (const code of ['x'.repeat(10_000), '', "'; drop table grants; --", '\u0000']) {
+      const response = await postJson(server, '/v0/auth/token', { grant_type: 'authorization_code', code, client_id: fixture.clientId, redirect_uri: REDIRECT_URI, code_verifier: pkcePair().verifier })
+      expect(response.status).toBe(400)
     }
   })
 

@@ -1,0 +1,86 @@
+import { expect, test } from 'bun:test'
+import * as oauth from 'oauth4webapi'
+import { startTestServer } from '../support/server.ts'
+import { REDIRECT_URI, flowFixture, postJson, signIn } from './support.ts'
+
+// The flow as a standard OAuth client library runs it: discovery by RFC 8414 path insertion and
+// RFC 9728, dynamic registration, PKCE, a form-encoded code exchange, refresh, revocation, and
+// RFC 9068 validation of the access token. Only the consent step is done by hand (no browser).
+const server = await startTestServer()
+const fixture = await flowFixture(server)
+const insecure = { [oauth.allowInsecureRequests]: true }
+
+test('oauth4webapi: discovery → registration → PKCE code flow → API call → refresh → revocation', async () => {
+  const resource = new URL(`${server.origin}/v0`)
+  const protectedResource = await oauth.processResourceDiscoveryResponse(resource, await oauth.resourceDiscoveryRequest(resource, insecure))
+  expect(protectedResource.authorization_servers).toEqual([`${server.origin}/v0`])
+
+  const issuer = new URL(protectedResource.authorization_servers![0]!)
+  const as = await oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { algorithm: 'oauth2', ...insecure }))
+  expect(as.issuer).toBe(issuer.href.replace(/\/$/, ''))
+
+  const registered = await oauth.processDynamicClientRegistrationResponse(
+    await oauth.dynamicClientRegistrationRequest(
+      as,
+      { client_name: 'oauth4webapi', redirect_uris: [REDIRECT_URI], token_endpoint_auth_method: 'none', grant_types: ['authorization_code', 'refresh_token'] },
+      insecure,
+    ),
+  )
+  const client: oauth.Client = { client_id: registered.client_id }
+  const clientAuth = oauth.None()
+
+  const verifier = oauth.generateRandomCodeVerifier()
+  const state = oauth.generateRandomState()
+  const authorizationUrl = new URL(as.authorization_endpoint!)
+  for (const [name, value] of Object.entries({
+    client_id: client.client_id,
+    redirect_uri: REDIRECT_URI,
+    response_type: 'code',
+    code_challenge: await oauth.calculatePKCECodeChallenge(verifier),
+    code_challenge_method: 'S256',
+    state,
+    scope: 'account:read hooks:read',
+  })) authorizationUrl.searchParams.set(name, value)
+  const consentPage = await fetch(authorizationUrl)
+  expect(consentPage.status).toBe(200)
+
+  // What the consent page does when the user signs in and clicks Allow.
+  const approved = await postJson(server, '/v0/auth/authorize', {
+    ...Object.fromEntries(authorizationUrl.searchParams),
+    response_type: undefined,
+    id_token: await signIn(server, fixture),
+  })
+  expect(approved.status).toBe(200)
+  const callback = new URL((await approved.json()).redirect_to)
+
+  const parameters = oauth.validateAuthResponse(as, client, callback, state)
+  const tokens = await oauth.processAuthorizationCodeResponse(
+    as,
+    client,
+    await oauth.authorizationCodeGrantRequest(as, client, clientAuth, parameters, REDIRECT_URI, verifier, insecure),
+  )
+  expect(tokens.token_type).toBe('bearer')
+  expect(tokens.scope).toBe('account:read hooks:read')
+
+  const apiCall = new Request(`${server.origin}/v0/account`, { headers: { authorization: `Bearer ${tokens.access_token}` } })
+  const claims = await oauth.validateJwtAccessToken(as, apiCall, `${server.origin}/v0`, { ...insecure, requiredClaims: ['client_id'] })
+  expect(claims.client_id).toBe(client.client_id)
+  expect(claims.sub).toBe(fixture.userId)
+  expect((await fetch(apiCall)).status).toBe(200)
+
+  const refreshed = await oauth.processRefreshTokenResponse(
+    as,
+    client,
+    await oauth.refreshTokenGrantRequest(as, client, clientAuth, tokens.refresh_token!, insecure),
+  )
+  expect(refreshed.refresh_token).not.toBe(tokens.refresh_token)
+
+  await oauth.processRevocationResponse(await oauth.revocationRequest(as, client, clientAuth, refreshed.refresh_token!, insecure))
+  const afterRevocation = await fetch(`${server.origin}/v0/account`, { headers: { authorization: `Bearer ${refreshed.access_token}` } })
+  expect(afterRevocation.status).toBe(401)
+  expect(afterRevocation.headers.get('www-authenticate')).toContain('error="invalid_token"')
+
+  // The library's own reading of the 401 challenge points back at the protected-resource metadata.
+  const challenge = afterRevocation.headers.get('www-authenticate')!
+  expect(challenge).toContain(`resource_metadata="${server.origin}/.well-known/oauth-protected-resource/v0"`)
+})
