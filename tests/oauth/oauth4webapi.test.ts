@@ -63,7 +63,7 @@ test('oauth4webapi: discovery → registration → PKCE code flow → API call �
   expect(tokens.scope).toBe('account:read hooks:read')
 
   const apiCall = new Request(`${server.origin}/v0/account`, { headers: { authorization: `Bearer ${tokens.access_token}` } })
-  const claims = await oauth.validateJwtAccessToken(as, apiCall, `${server.origin}/v0`, { ...insecure, requiredClaims: ['client_id'] })
+  const claims = await oauth.validateJwtAccessToken(as, apiCall, `${server.origin}/v0`, insecure)
   expect(claims.client_id).toBe(client.client_id)
   expect(claims.sub).toBe(fixture.userId)
   expect((await fetch(apiCall)).status).toBe(200)
