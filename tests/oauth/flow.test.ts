@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import { decodeJwt, decodeProtectedHeader } from 'jose'
+import { SignJWT, decodeJwt, decodeProtectedHeader, generateKeyPair } from 'jose'
 import { startTestServer } from '../support/server.ts'
 import { eq } from 'drizzle-orm'
 import { authorizationCodes, rateLimits } from '../../src/lib/db/schema.ts'
@@ -262,6 +262,32 @@ describe('revocation and scopes', () => {
     const { tokens } = await authorizeAndRedeem(server, fixture)
     const response = await server.fetch('/v0/account', { method: 'PATCH', headers: { authorization: `Bearer ${tokens.access_token}`, 'content-type': 'application/json' }, body: '{"name":"x"}' })
     expect(response.status).toBe(403)
+  })
+})
+
+describe('forged bearer tokens at the API', () => {
+  test('alg none, a tampered payload, a foreign key, a wrong typ and junk all get 401 invalid_token', async () => {
+    const { tokens } = await authorizeAndRedeem(server, fixture)
+    const [header, payload, signature] = tokens.access_token.split('.') as [string, string, string]
+    const claims = decodeJwt(tokens.access_token)
+    const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
+    const { privateKey } = await generateKeyPair('ES256')
+    const foreign = await new SignJWT({ ...claims }).setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: decodeProtectedHeader(tokens.access_token).kid }).sign(privateKey)
+    const forgeries = [
+      `${encode({ alg: 'none', typ: 'at+jwt' })}.${payload}.`,
+      `${header}.${encode({ ...claims, account_id: 'acc_00000000000000000000000000' })}.${signature}`,
+      `${header}.${payload}.${signature.slice(0, -4)}AAAA`,
+      foreign,
+      `${encode({ alg: 'ES256', typ: 'JWT', kid: decodeProtectedHeader(tokens.access_token).kid })}.${payload}.${signature}`,
+      'a'.repeat(5_000),
+      'not a token, with spaces!',
+    ]
+    for (const forged of forgeries) {
+      const response = await server.fetch('/v0/account', bearer(forged))
+      expect(response.status).toBe(401)
+      expect(response.headers.get('www-authenticate')).toContain('error="invalid_token"')
+    }
+    expect((await server.fetch('/v0/account', bearer(tokens.access_token))).status).toBe(200)
   })
 })
 
