@@ -3,6 +3,7 @@ import type { Database } from '../lib/db/client.ts'
 import { oauthClients } from '../lib/db/schema.ts'
 import type { OAuthErrorCode } from '../lib/errors.ts'
 import { isId } from '../lib/ids.ts'
+import { TtlCache } from '../lib/cache.ts'
 import { SCOPES, type Scope } from '../auth/scopes.ts'
 
 export type OAuthClient = typeof oauthClients.$inferSelect
@@ -91,9 +92,21 @@ export function parseResource(raw: string | string[] | undefined, baseUrl: strin
   return [...new Set(resources)]
 }
 
+// Registrations never change once made (there is no update or delete), so a client read
+// once is good for the life of the process; unknown ids are not remembered.
+const clientsByDatabase = new WeakMap<Database, TtlCache<OAuthClient>>()
+
 export async function findClient(db: Database, clientId: string | undefined): Promise<OAuthClient | null> {
   if (!clientId || !isId('cli', clientId)) return null
+  let clients = clientsByDatabase.get(db)
+  if (!clients) {
+    clients = new TtlCache<OAuthClient>({ maxEntries: 10_000, ttlMs: 60 * 60_000 })
+    clientsByDatabase.set(db, clients)
+  }
+  const cached = clients.get(clientId)
+  if (cached) return cached
   const [client] = await db.select().from(oauthClients).where(eq(oauthClients.id, clientId))
+  if (client) clients.set(clientId, client)
   return client ?? null
 }
 

@@ -2,7 +2,7 @@ import { describe, expect, test } from 'bun:test'
 import { SignJWT, decodeJwt, decodeProtectedHeader, generateKeyPair } from 'jose'
 import { startTestServer } from '../support/server.ts'
 import { eq } from 'drizzle-orm'
-import { authorizationCodes, rateLimits } from '../../src/lib/db/schema.ts'
+import { authorizationCodes, rateLimits, refreshTokens } from '../../src/lib/db/schema.ts'
 import { sha256Hex } from '../../src/lib/crypto.ts'
 import { REDIRECT_URI, authorizeAndRedeem, flowFixture, pkcePair, postForm, postJson, signIn } from './support.ts'
 
@@ -188,6 +188,21 @@ describe('refresh tokens', () => {
     expect(b.refresh_token).toBe(a.refresh_token)
     expect(b.access_token).toBe(a.access_token)
     expect((await server.fetch('/v0/account', bearer(a.access_token))).status).toBe(200)
+  })
+
+  test('ten concurrent refreshes of one token all get the same pair, and only one successor exists', async () => {
+    const { tokens } = await authorizeAndRedeem(server, fixture)
+    const responses = await Promise.all(
+      Array.from({ length: 10 }, () => postJson(server, '/v0/auth/token/refresh', { refresh_token: tokens.refresh_token, client_id: fixture.clientId })),
+    )
+    expect(responses.map((response) => response.status)).toEqual(Array(10).fill(200))
+    const pairs = await Promise.all(responses.map((response) => response.json()))
+    expect(new Set(pairs.map((pair) => pair.refresh_token)).size).toBe(1)
+    expect(new Set(pairs.map((pair) => pair.access_token)).size).toBe(1)
+    const grantId = decodeJwt(pairs[0].access_token).grant_id as string
+    const rows = await server.database.handle.db.select().from(refreshTokens).where(eq(refreshTokens.grantId, grantId))
+    expect(rows).toHaveLength(2)
+    expect(rows.filter((row) => row.rotatedAt === null)).toHaveLength(1)
   })
 
   test('a replay after the grace window revokes the whole grant', async () => {
