@@ -1,6 +1,6 @@
 const CROCKFORD = '0123456789abcdefghjkmnpqrstvwxyz'
 
-export type IdPrefix = 'acc' | 'usr' | 'key' | 'req' | 'cli' | 'grt'
+export type IdPrefix = 'acc' | 'usr' | 'key' | 'req' | 'cli' | 'grt' | 'hook'
 
 // Ids are made on every request (request ids): random bytes come from a pool, refilled in bulk.
 const POOL_SIZE = 4096
@@ -22,6 +22,24 @@ function randomBytes(): Uint8Array {
  * A prefixed, lexicographically time-ordered id (ULID layout: 48-bit milliseconds, 80 random
  * bits, Crockford base32). Time order lets lists paginate by id without a second sort column.
  */
+// Monotonic within a process (as ULID's monotonic mode): ids made in the same millisecond
+// increment the previous random part, so creation order is id order even within a millisecond.
+let lastTime = -1
+const lastRandom = new Uint8Array(RANDOM_BYTES_PER_ID)
+
+function nextRandom(time: number): Uint8Array {
+  if (time === lastTime) {
+    for (let i = lastRandom.length - 1; i >= 0; i--) {
+      lastRandom[i] = (lastRandom[i]! + 1) & 0xff
+      if (lastRandom[i] !== 0) break
+    }
+  } else {
+    lastTime = time
+    lastRandom.set(randomBytes())
+  }
+  return lastRandom
+}
+
 export function newId(prefix: IdPrefix, now: number = Date.now()): string {
   // 50 bits of time (10 characters) do not fit 32-bit integer operations: two 25-bit halves.
   const high = Math.floor(now / 2 ** 25)
@@ -29,7 +47,7 @@ export function newId(prefix: IdPrefix, now: number = Date.now()): string {
   let out = `${prefix}_`
   for (let shift = 20; shift >= 0; shift -= 5) out += CROCKFORD[(high >>> shift) & 31]
   for (let shift = 20; shift >= 0; shift -= 5) out += CROCKFORD[(low >>> shift) & 31]
-  const random = randomBytes()
+  const random = nextRandom(now)
   let bits = 0
   let value = 0
   for (let i = 0; i < RANDOM_BYTES_PER_ID; i++) {

@@ -20,3 +20,10 @@ test('ids do not repeat', () => {
   const ids = new Set(Array.from({ length: 10_000 }, () => newId('usr')))
   expect(ids.size).toBe(10_000)
 })
+
+test('ids made in the same millisecond still sort in creation order', () => {
+  const now = Date.now()
+  const ids = Array.from({ length: 1_000 }, () => newId('hook', now))
+  expect([...ids].sort()).toEqual(ids)
+  expect(new Set(ids).size).toBe(1_000)
+})
