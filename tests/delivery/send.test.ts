@@ -1,0 +1,178 @@
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { Server } from 'bun'
+import { Webhook } from 'standardwebhooks'
+import { parseRetryAfter, sendWebhook } from '../../src/delivery/send.ts'
+
+/** A CA made for this run, and a certificate it signs for `localhost` and 127.0.0.1. */
+function makeCertificates(dir: string) {
+  const openssl = (...args: string[]) => {
+    const result = Bun.spawnSync(['openssl', ...args], { cwd: dir, stderr: 'pipe' })
+    if (result.exitCode !== 0) throw new Error(`openssl ${args[0]} failed: ${result.stderr.toString()}`)
+  }
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes']
+  openssl('req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=Webhook test CA', '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign')
+  openssl('req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost')
+  writeFileSync(join(dir, 'server.ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n')
+  openssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.pem', '-days', '1', '-extfile', 'server.ext')
+  const read = (name: string) => readFileSync(join(dir, name), 'utf8')
+  return { ca: read('ca.pem'), key: read('server.key'), cert: read('server.pem') }
+}
+
+interface Hit {
+  path: string
+  headers: Record<string, string>
+  body: string
+}
+
+const TIMEOUT_MS = 400
+const secret = () => `whsec_${Buffer.from(crypto.getRandomValues(new Uint8Array(24))).toString('base64')}`
+let dir: string
+let ca: string
+let receiver: Server<undefined>
+let hits: Hit[] = []
+const hitsOn = (path: string) => hits.filter((hit) => hit.path === path)
+const at = (path: string, host = '127.0.0.1') => `https://${host}:${receiver.port}${path}`
+const options = () => ({ timeoutMs: TIMEOUT_MS, allowPrivate: true, ca })
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'webhook-tls-'))
+  const certificates = makeCertificates(dir)
+  ca = certificates.ca
+  receiver = Bun.serve({
+    hostname: '127.0.0.1',
+    port: 0,
+    tls: { key: certificates.key, cert: certificates.cert },
+    async fetch(request) {
+      const path = new URL(request.url).pathname
+      hits.push({ path, headers: Object.fromEntries(request.headers), body: await request.text() })
+      switch (path) {
+        case '/fail':
+          return new Response('broken', { status: 500 })
+        case '/redirect':
+          return new Response(null, { status: 302, headers: { location: at('/redirect-target') } })
+        case '/slow':
+          await Bun.sleep(TIMEOUT_MS * 5)
+          return new Response('too late')
+        case '/busy':
+          return new Response('slow down', { status: 429, headers: { 'retry-after': '7' } })
+        case '/big':
+          return new Response('a'.repeat(10_000))
+        case '/big-multibyte':
+          return new Response('€'.repeat(3_000))
+        default:
+          return new Response('thanks', { status: 200 })
+      }
+    },
+  })
+})
+
+afterAll(() => {
+  receiver.stop(true)
+  rmSync(dir, { recursive: true, force: true })
+})
+
+const event = (url: string, secrets = [secret()]) => ({ url, id: 'evt_01JTEST', body: JSON.stringify({ id: 'evt_01JTEST', type: 'message.delivered' }), secrets })
+
+test('a delivery carries the Standard Webhooks headers and its signature verifies', async () => {
+  hits = []
+  const request = event(at('/hook?tenant=1'))
+  const sentAt = new Date()
+  const result = await sendWebhook(request, { ...options(), now: () => sentAt })
+  expect(result).toMatchObject({ ok: true, status: 200, error: null, responseSnippet: 'thanks', retryAfterSeconds: null })
+  const [hit] = hitsOn('/hook')
+  expect(hit?.body).toBe(request.body)
+  expect(hit?.headers).toMatchObject({
+    'webhook-id': 'evt_01JTEST',
+    'webhook-timestamp': String(Math.floor(sentAt.getTime() / 1000)),
+    'content-type': 'application/json',
+    'user-agent': expect.stringContaining('messaging-service'),
+  })
+  expect(new Webhook(request.secrets[0]!).verify(hit!.body, hit!.headers)).toEqual(JSON.parse(request.body))
+})
+
+test('during secret rotation the attempt is signed with every secret, and each verifies', async () => {
+  hits = []
+  const request = event(at('/hook'), [secret(), secret()])
+  expect((await sendWebhook(request, options())).ok).toBe(true)
+  const [hit] = hitsOn('/hook')
+  expect(hit!.headers['webhook-signature']!.split(' ')).toHaveLength(2)
+  for (const each of request.secrets) expect(() => new Webhook(each).verify(hit!.body, hit!.headers)).not.toThrow()
+  expect(() => new Webhook(secret()).verify(hit!.body, hit!.headers)).toThrow()
+})
+
+test('a name is connected to by its checked address, and TLS verifies the name', async () => {
+  hits = []
+  const pinnedTo = (...addresses: string[]) => ({ ...options(), lookup: async () => addresses })
+  // 127.0.0.2 is loopback but nothing listens there: a connection made by Bun's own resolution
+  // of localhost would succeed, so this failure shows the checked address is the one used.
+  expect(await sendWebhook(event(at('/hook', 'localhost')), pinnedTo('127.0.0.2'))).toMatchObject({ ok: false, status: null, error: 'connection failed: ECONNREFUSED' })
+  expect(hitsOn('/hook')).toHaveLength(0)
+  // A refused address falls through to the next checked one.
+  expect(await sendWebhook(event(at('/hook', 'localhost')), pinnedTo('127.0.0.2', '127.0.0.1'))).toMatchObject({ ok: true, status: 200 })
+  expect(hitsOn('/hook')[0]?.headers.host).toBe(`localhost:${receiver.port}`)
+})
+
+test('a 500 is a failure with its status and body', async () => {
+  expect(await sendWebhook(event(at('/fail')), options())).toMatchObject({ ok: false, status: 500, error: 'HTTP 500', responseSnippet: 'broken' })
+})
+
+test('a redirect is a failure and is not followed', async () => {
+  hits = []
+  const result = await sendWebhook(event(at('/redirect')), options())
+  expect(result).toMatchObject({ ok: false, status: 302 })
+  expect(result.error).toStartWith('redirect 302 not followed')
+  expect(hitsOn('/redirect')).toHaveLength(1)
+  expect(hitsOn('/redirect-target')).toHaveLength(0)
+})
+
+test('a receiver slower than the timeout fails with a timeout, about when the timeout ends', async () => {
+  const started = performance.now()
+  const result = await sendWebhook(event(at('/slow')), options())
+  const elapsed = performance.now() - started
+  expect(result).toMatchObject({ ok: false, status: null, error: `timed out after ${TIMEOUT_MS} ms` })
+  expect(elapsed).toBeGreaterThanOrEqual(TIMEOUT_MS - 20)
+  expect(elapsed).toBeLessThan(TIMEOUT_MS + 500)
+})
+
+test('Retry-After on a 429 is reported in seconds', async () => {
+  expect(await sendWebhook(event(at('/busy')), options())).toMatchObject({ ok: false, status: 429, retryAfterSeconds: 7 })
+})
+
+test('Retry-After is read as seconds or as an HTTP date', () => {
+  const now = new Date('2026-01-01T00:00:00Z')
+  expect(parseRetryAfter('120', now)).toBe(120)
+  expect(parseRetryAfter('Thu, 01 Jan 2026 00:02:00 GMT', now)).toBe(120)
+  expect(parseRetryAfter('Wed, 31 Dec 2025 23:00:00 GMT', now)).toBe(0)
+  expect(parseRetryAfter('soon', now)).toBeNull()
+  expect(parseRetryAfter('-5', now)).toBeNull()
+  expect(parseRetryAfter(null, now)).toBeNull()
+})
+
+test('the response snippet keeps the first 4096 bytes, never half a character', async () => {
+  expect((await sendWebhook(event(at('/big')), options())).responseSnippet).toBe('a'.repeat(4096))
+  const multibyte = (await sendWebhook(event(at('/big-multibyte')), options())).responseSnippet
+  expect(multibyte).toBe('€'.repeat(1365))
+  expect(Buffer.byteLength(multibyte)).toBeLessThanOrEqual(4096)
+})
+
+test('a certificate from a CA that is not trusted fails the attempt', async () => {
+  hits = []
+  const result = await sendWebhook(event(at('/hook')), { timeoutMs: TIMEOUT_MS, allowPrivate: true })
+  expect(result).toMatchObject({ ok: false, status: null })
+  expect(result.error).toStartWith('connection failed:')
+  expect(hitsOn('/hook')).toHaveLength(0)
+})
+
+test('without allowPrivate a loopback receiver is refused before any connection', async () => {
+  hits = []
+  for (const host of ['127.0.0.1', 'localhost']) {
+    const result = await sendWebhook(event(at('/hook', host)), { ...options(), allowPrivate: false })
+    expect(result).toMatchObject({ ok: false, status: null, responseSnippet: '' })
+    expect(result.error).toStartWith('refused (forbidden_address)')
+  }
+  expect((await sendWebhook(event(at('/hook').replace('https:', 'http:')), options())).error).toStartWith('refused (scheme)')
+  expect(hits).toHaveLength(0)
+})
