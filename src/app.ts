@@ -19,6 +19,8 @@ import { signInRoutes } from './oauth/sign-in.ts'
 import { authorizeRoutes } from './oauth/authorize.ts'
 import { tokenRoutes } from './oauth/token-routes.ts'
 import { sessionRoutes } from './oauth/session.ts'
+import { hookRoutes } from './hooks/routes.ts'
+import { isForbiddenHost } from './delivery/ssrf.ts'
 
 export interface AppDeps {
   config: Config
@@ -58,7 +60,16 @@ export function createApp(deps: AppDeps) {
         .use(signInRoutes({ db: deps.db, signer: deps.signer, baseUrl: deps.config.baseUrl }))
         .use(authorizeRoutes(tokens))
         .use(tokenRoutes(tokens))
-        .use(sessionRoutes(auth)))
+        .use(sessionRoutes(auth))
+        .use(
+          hookRoutes({
+            ...auth,
+            db: deps.db,
+            secretBox: deps.secretBox,
+            isForbiddenHost,
+            allowPrivateTargets: deps.config.webhookAllowPrivateTargets,
+          }),
+        ))
 }
 
 export type App = ReturnType<typeof createApp>

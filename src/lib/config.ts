@@ -12,6 +12,7 @@ const EnvSchema = t.Object({
   LOG_LEVEL: t.Union(LOG_LEVELS.map((level) => t.Literal(level)), { default: 'info' }),
   ENCRYPTION_KEY: t.Optional(t.String({ pattern: '^[A-Za-z0-9_+/-]{43}=?$' })),
   OAUTH_REFRESH_GRACE_S: t.Integer({ minimum: 0, maximum: 300, default: 30 }),
+  WEBHOOK_ALLOW_PRIVATE_TARGETS: t.Boolean({ default: false }),
 })
 
 export type LogLevel = (typeof LOG_LEVELS)[number]
@@ -32,6 +33,8 @@ export interface Config {
    */
   encryptionKey: Uint8Array | undefined
   oauthRefreshGraceSeconds: number
+  /** Lets webhooks target loopback and private addresses: tests and local development only. */
+  webhookAllowPrivateTargets: boolean
 }
 
 export class ConfigError extends Error {}
@@ -61,6 +64,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     logLevel: parsed.LOG_LEVEL,
     encryptionKey: parsed.ENCRYPTION_KEY === undefined ? undefined : Buffer.from(parsed.ENCRYPTION_KEY, 'base64'),
     oauthRefreshGraceSeconds: parsed.OAUTH_REFRESH_GRACE_S,
+    webhookAllowPrivateTargets: parsed.WEBHOOK_ALLOW_PRIVATE_TARGETS,
   }
 }
 

@@ -13,6 +13,7 @@ describe('loadConfig', () => {
       logLevel: 'info',
       encryptionKey: undefined,
       oauthRefreshGraceSeconds: 30,
+      webhookAllowPrivateTargets: false,
     })
   })
 
@@ -41,6 +42,7 @@ describe('loadConfig', () => {
     [{ DATABASE_URL: 'mysql://localhost/db' }, 'DATABASE_URL'],
     [{ ENCRYPTION_KEY: 'too-short' }, 'ENCRYPTION_KEY'],
     [{ OAUTH_REFRESH_GRACE_S: '3600' }, 'OAUTH_REFRESH_GRACE_S'],
+    [{ WEBHOOK_ALLOW_PRIVATE_TARGETS: 'maybe' }, 'WEBHOOK_ALLOW_PRIVATE_TARGETS'],
     [{ PUBLIC_URL: 'not a url' }, 'PUBLIC_URL'],
     [{ PUBLIC_URL: 'ftp://example.com' }, 'PUBLIC_URL'],
     [{ PUBLIC_URL: 'https://example.com/?x=1' }, 'PUBLIC_URL'],

@@ -162,3 +162,27 @@ export const rateLimits = pgTable('rate_limits', {
   windowStartedAt: timestamp('window_started_at', { withTimezone: true, mode: 'date' }).notNull(),
   count: integer('count').notNull(),
 })
+
+/**
+ * Webhook subscriptions: one event type to one HTTPS address. The signing secret must be read
+ * back to sign deliveries, so it is sealed with ENCRYPTION_KEY, never stored in clear.
+ */
+export const hooks = pgTable(
+  'hooks',
+  {
+    id: text('id').primaryKey(),
+    accountId: text('account_id')
+      .notNull()
+      .references(() => accounts.id, { onDelete: 'cascade' }),
+    event: text('event').notNull(),
+    targetUrl: text('target_url').notNull(),
+    status: text('status').notNull().default('active'),
+    disabledReason: text('disabled_reason'),
+    secretCiphertext: text('secret_ciphertext').notNull(),
+    createdAt: createdAt(),
+  },
+  (table) => [
+    uniqueIndex('hooks_account_event_target_key').on(table.accountId, table.event, table.targetUrl),
+    index('hooks_account_id_idx').on(table.accountId, table.id),
+  ],
+)

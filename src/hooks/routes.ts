@@ -1,0 +1,72 @@
+import { Elysia, t } from 'elysia'
+import { notFound } from '../lib/errors.ts'
+import { PageQuery, pageOf } from '../lib/pagination.ts'
+import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
+import type { Caller } from '../auth/authenticator.ts'
+import { AccountParams, CreateHookBody, CreatedHookSchema, HookParams, HookSchema } from './schemas.ts'
+import { createHook, deleteHook, findHook, listHooks, toHookResource, type HookDeps } from './service.ts'
+
+/** A path naming another account than the caller's reads as missing (SPEC §7: 404). */
+function ownAccount(caller: Caller, accountId: string): string {
+  if (caller.accountId !== accountId) throw notFound('No such account.')
+  return accountId
+}
+
+export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
+  return new Elysia({ tags: ['Webhooks'] })
+    .use(authPlugin(deps))
+    .post(
+      '/account/:account_id/hooks',
+      async ({ caller, params, body, set }) => {
+        const { hook, secret } = await createHook(deps, ownAccount(caller, params.account_id), body)
+        set.status = 201
+        return { ...toHookResource(hook), secret }
+      },
+      {
+        auth: { scope: 'hooks:write' },
+        params: AccountParams,
+        parse: 'json',
+        body: CreateHookBody,
+        response: { 201: CreatedHookSchema },
+        detail: { summary: 'Subscribe an HTTPS address to an event', security: [{ apiKey: [] }, { bearer: ['hooks:write'] }] },
+      },
+    )
+    .get(
+      '/account/:account_id/hooks',
+      ({ caller, params, query }) => listHooks(deps.db, ownAccount(caller, params.account_id), query),
+      {
+        auth: { scope: 'hooks:read' },
+        params: AccountParams,
+        query: PageQuery,
+        response: { 200: pageOf(HookSchema) },
+        detail: { summary: "List the account's subscriptions, newest first", security: [{ apiKey: [] }, { bearer: ['hooks:read'] }] },
+      },
+    )
+    .get(
+      '/account/:account_id/hooks/:hook_id',
+      async ({ caller, params }) => {
+        const hook = await findHook(deps.db, ownAccount(caller, params.account_id), params.hook_id)
+        if (!hook) throw notFound('No such subscription.')
+        return toHookResource(hook)
+      },
+      {
+        auth: { scope: 'hooks:read' },
+        params: HookParams,
+        response: { 200: HookSchema },
+        detail: { summary: 'Read one subscription', security: [{ apiKey: [] }, { bearer: ['hooks:read'] }] },
+      },
+    )
+    .delete(
+      '/account/:account_id/hooks/:hook_id',
+      async ({ caller, params, set }) => {
+        if (!(await deleteHook(deps.db, ownAccount(caller, params.account_id), params.hook_id))) throw notFound('No such subscription.')
+        set.status = 204
+      },
+      {
+        auth: { scope: 'hooks:write' },
+        params: HookParams,
+        response: { 204: t.Void() },
+        detail: { summary: 'Remove a subscription', security: [{ apiKey: [] }, { bearer: ['hooks:write'] }] },
+      },
+    )
+}

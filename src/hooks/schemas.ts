@@ -1,0 +1,34 @@
+import { t } from 'elysia'
+import { EVENT_TYPES } from './events.ts'
+
+export const HookSchema = t.Object(
+  {
+    id: t.String({ examples: ['hook_01jd3m9x2qk7r5v8w4y6z0abcd'] }),
+    account_id: t.String(),
+    event: t.UnionEnum(EVENT_TYPES),
+    target_url: t.String({ format: 'uri' }),
+    status: t.UnionEnum(['active', 'disabled']),
+    disabled_reason: t.Optional(t.String()),
+    created_at: t.String({ format: 'date-time' }),
+  },
+  { $id: '#/components/schemas/Hook', title: 'Hook' },
+)
+
+export const CreatedHookSchema = t.Composite([
+  HookSchema,
+  t.Object({
+    secret: t.String({ description: 'The Standard Webhooks signing secret (whsec_…). Shown once: store it now.' }),
+  }),
+])
+
+export const CreateHookBody = t.Object(
+  {
+    // Not t.UnionEnum: it carries a default, which would fill in a missing event.
+    event: t.Union(EVENT_TYPES.map((type) => t.Literal(type)), { description: `One of ${EVENT_TYPES.join(', ')}.` }),
+    target_url: t.String({ minLength: 1, maxLength: 2048, description: 'An absolute https URL.' }),
+  },
+  { additionalProperties: false },
+)
+
+export const AccountParams = t.Object({ account_id: t.String({ maxLength: 64 }) })
+export const HookParams = t.Object({ account_id: t.String({ maxLength: 64 }), hook_id: t.String({ maxLength: 64 }) })

@@ -1,0 +1,105 @@
+import { randomBytes } from 'node:crypto'
+import { and, desc, eq, lt } from 'drizzle-orm'
+import type { Static } from 'elysia'
+import type { Database } from '../lib/db/client.ts'
+import { hooks } from '../lib/db/schema.ts'
+import { ApiError, validationFailed } from '../lib/errors.ts'
+import { isUniqueViolation } from '../lib/db/errors.ts'
+import { isId, newId } from '../lib/ids.ts'
+import { decodeCursor, toPage, type Page } from '../lib/pagination.ts'
+import type { SecretBox } from '../lib/secret-box.ts'
+import type { EventType } from './events.ts'
+import type { HookSchema } from './schemas.ts'
+
+export type Hook = typeof hooks.$inferSelect
+export type HookResource = Static<typeof HookSchema>
+
+export interface HookDeps {
+  db: Database
+  secretBox: SecretBox
+  /** True for a host that names a private, loopback, link-local… address (src/delivery/ssrf.ts). */
+  isForbiddenHost(hostname: string): boolean
+  allowPrivateTargets: boolean
+}
+
+export function toHookResource(hook: Hook): HookResource {
+  return {
+    id: hook.id,
+    account_id: hook.accountId,
+    event: hook.event as EventType,
+    target_url: hook.targetUrl,
+    status: hook.status as 'active' | 'disabled',
+    ...(hook.disabledReason ? { disabled_reason: hook.disabledReason } : {}),
+    created_at: hook.createdAt.toISOString(),
+  }
+}
+
+/**
+ * SPEC §7: an absolute https URL, no credentials in it, not an address literal in a private
+ * range. Names are resolved and checked again at every delivery, where rebinding is caught.
+ */
+export function checkTargetUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHost' | 'allowPrivateTargets'>): string {
+  const refuse = (message: string) => validationFailed([{ path: '/target_url', message }])
+  let url: URL
+  try {
+    url = new URL(raw)
+  } catch {
+    throw refuse('must be an absolute URL')
+  }
+  if (url.protocol !== 'https:') throw refuse('must use https')
+  if (url.username || url.password) throw refuse('must not carry credentials')
+  if (url.hash) throw refuse('must not have a fragment')
+  if (!deps.allowPrivateTargets && deps.isForbiddenHost(url.hostname)) {
+    throw refuse('must not point at a private, loopback or link-local address')
+  }
+  return url.href
+}
+
+// Standard Webhooks secrets: `whsec_` and base64 of 24 to 64 random bytes.
+const newSigningSecret = () => `whsec_${randomBytes(32).toString('base64')}`
+
+export async function createHook(
+  deps: HookDeps,
+  accountId: string,
+  input: { event: EventType; target_url: string },
+): Promise<{ hook: Hook; secret: string }> {
+  const targetUrl = checkTargetUrl(input.target_url, deps)
+  const secret = newSigningSecret()
+  try {
+    const [hook] = await deps.db
+      .insert(hooks)
+      .values({ id: newId('hook'), accountId, event: input.event, targetUrl, secretCiphertext: await deps.secretBox.seal(secret) })
+      .returning()
+    return { hook: hook!, secret }
+  } catch (error) {
+    if (isUniqueViolation(error)) {
+      throw new ApiError(409, 'conflict', `This account already has a ${input.event} subscription for ${targetUrl}.`)
+    }
+    throw error
+  }
+}
+
+export async function listHooks(db: Database, accountId: string, page: { limit?: number; cursor?: string }): Promise<Page<HookResource>> {
+  const limit = page.limit ?? 20
+  const before = decodeCursor(page.cursor, 'hook')
+  const rows = await db
+    .select()
+    .from(hooks)
+    .where(before ? and(eq(hooks.accountId, accountId), lt(hooks.id, before)) : eq(hooks.accountId, accountId))
+    .orderBy(desc(hooks.id))
+    .limit(limit + 1)
+  return toPage(rows, limit, toHookResource)
+}
+
+/** Another account's hook reads as missing: ids of other accounts are not confirmed to exist. */
+export async function findHook(db: Database, accountId: string, hookId: string): Promise<Hook | null> {
+  if (!isId('hook', hookId)) return null
+  const [hook] = await db.select().from(hooks).where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
+  return hook ?? null
+}
+
+export async function deleteHook(db: Database, accountId: string, hookId: string): Promise<boolean> {
+  if (!isId('hook', hookId)) return false
+  const deleted = await db.delete(hooks).where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId))).returning({ id: hooks.id })
+  return deleted.length > 0
+}

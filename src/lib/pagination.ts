@@ -1,0 +1,42 @@
+import { t } from 'elysia'
+import { badRequest } from './errors.ts'
+import { isId, type IdPrefix } from './ids.ts'
+
+/** SPEC §2: `?limit=` 1..100 (default 20) and an opaque `?cursor=`. */
+export const PageQuery = t.Object(
+  {
+    limit: t.Optional(t.Integer({ minimum: 1, maximum: 100, default: 20 })),
+    cursor: t.Optional(t.String({ maxLength: 128, description: 'next_cursor of the previous page.' })),
+    key: t.Optional(t.String({ maxLength: 256, description: 'An API key, for callers without a bearer token.' })),
+  },
+  { additionalProperties: false },
+)
+
+export const pageOf = <T extends import('elysia').TSchema>(item: T) =>
+  t.Object({ data: t.Array(item), next_cursor: t.Union([t.String(), t.Null()]) })
+
+export interface Page<T> {
+  data: T[]
+  next_cursor: string | null
+}
+
+/**
+ * Cursors are the last id of a page, opaque to clients. Ids sort by creation time, so
+ * `id < cursor` in descending order is a stable keyset page, newest first.
+ */
+export function decodeCursor(cursor: string | undefined, prefix: IdPrefix): string | undefined {
+  if (cursor === undefined) return undefined
+  const id = Buffer.from(cursor, 'base64url').toString('utf8')
+  if (!isId(prefix, id)) throw badRequest('invalid_cursor', 'cursor is not one this list returned.')
+  return id
+}
+
+/** Expects `limit + 1` rows: the extra one only says whether another page exists. */
+export function toPage<Row extends { id: string }, Item>(rows: Row[], limit: number, shape: (row: Row) => Item): Page<Item> {
+  const more = rows.length > limit
+  const kept = more ? rows.slice(0, limit) : rows
+  return {
+    data: kept.map(shape),
+    next_cursor: more ? Buffer.from(kept[kept.length - 1]!.id).toString('base64url') : null,
+  }
+}

@@ -1,0 +1,116 @@
+import { describe, expect, test } from 'bun:test'
+import { startTestServer } from '../support/server.ts'
+import { authorizeAndRedeem, flowFixture } from '../oauth/support.ts'
+
+const server = await startTestServer()
+const alice = await server.createAccountWithKey('Alice')
+const bob = await server.createAccountWithKey('Bob')
+const hooksPath = (accountId: string, key: string, suffix = '') => `/v0/account/${accountId}/hooks${suffix}?key=${key}`
+const create = (body: unknown, owner = alice) =>
+  server.fetch(hooksPath(owner.accountId, owner.secret), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+
+describe('subscriptions', () => {
+  test('create returns the subscription and its signing secret once; read and list do not show the secret', async () => {
+    const response = await create({ event: 'message.delivered', target_url: 'https://hooks.example.com/delivered' })
+    expect(response.status).toBe(201)
+    const hook = await response.json()
+    expect(hook.id).toMatch(/^hook_/)
+    expect([hook.account_id, hook.event, hook.target_url, hook.status]).toEqual([alice.accountId, 'message.delivered', 'https://hooks.example.com/delivered', 'active'])
+    expect(hook.secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/)
+    const read = await (await server.fetch(hooksPath(alice.accountId, alice.secret, `/${hook.id}`))).json()
+    expect(read).toEqual({ id: hook.id, account_id: alice.accountId, event: 'message.delivered', target_url: 'https://hooks.example.com/delivered', status: 'active', created_at: hook.created_at })
+    const listed = await (await server.fetch(hooksPath(alice.accountId, alice.secret))).json()
+    expect(JSON.stringify(listed)).not.toContain(hook.secret)
+  })
+
+  test('the same event and URL twice is 409', async () => {
+    const body = { event: 'message.failed', target_url: 'https://hooks.example.com/twice' }
+    expect((await create(body)).status).toBe(201)
+    const again = await create(body)
+    expect(again.status).toBe(409)
+    expect((await again.json()).code).toBe('conflict')
+    expect((await create(body, bob)).status).toBe(201)
+  })
+
+  test('lists page newest first with next_cursor', async () => {
+    const owner = await server.createAccountWithKey('Pager')
+    const created: string[] = []
+    for (let i = 0; i < 5; i++) created.push((await (await create({ event: 'message.inbound', target_url: `https://hooks.example.com/${i}` }, owner)).json()).id)
+    const first = await (await server.fetch(`${hooksPath(owner.accountId, owner.secret)}&limit=2`)).json()
+    expect(first.data.map((hook: { id: string }) => hook.id)).toEqual([created[4], created[3]])
+    const second = await (await server.fetch(`${hooksPath(owner.accountId, owner.secret)}&limit=2&cursor=${first.next_cursor}`)).json()
+    expect(second.data.map((hook: { id: string }) => hook.id)).toEqual([created[2], created[1]])
+    const third = await (await server.fetch(`${hooksPath(owner.accountId, owner.secret)}&limit=2&cursor=${second.next_cursor}`)).json()
+    expect(third).toEqual({ data: [expect.objectContaining({ id: created[0] })], next_cursor: null })
+    for (const query of ['limit=0', 'limit=101', 'limit=abc', 'cursor=bogus']) {
+      const response = await server.fetch(`${hooksPath(owner.accountId, owner.secret)}&${query}`)
+      expect([400, 422]).toContain(response.status)
+    }
+  })
+
+  test('delete answers 204, then the subscription is gone', async () => {
+    const hook = await (await create({ event: 'message.delivered', target_url: 'https://hooks.example.com/gone' })).json()
+    const deleted = await server.fetch(hooksPath(alice.accountId, alice.secret, `/${hook.id}`), { method: 'DELETE' })
+    expect(deleted.status).toBe(204)
+    expect((await server.fetch(hooksPath(alice.accountId, alice.secret, `/${hook.id}`))).status).toBe(404)
+    expect((await server.fetch(hooksPath(alice.accountId, alice.secret, `/${hook.id}`), { method: 'DELETE' })).status).toBe(404)
+  })
+})
+
+describe('another account', () => {
+  test("another account's id in the path is 404, for every operation", async () => {
+    const hook = await (await create({ event: 'message.delivered', target_url: 'https://hooks.example.com/alice-only' })).json()
+    const asBob = (suffix: string, init?: RequestInit) => server.fetch(`/v0/account/${alice.accountId}/hooks${suffix}?key=${bob.secret}`, init)
+    expect((await asBob('')).status).toBe(404)
+    expect((await asBob(`/${hook.id}`)).status).toBe(404)
+    expect((await asBob(`/${hook.id}`, { method: 'DELETE' })).status).toBe(404)
+    expect((await asBob('', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ event: 'message.failed', target_url: 'https://x.example.com' }) })).status).toBe(404)
+    expect((await server.fetch(`/v0/account/${bob.accountId}/hooks/${hook.id}?key=${bob.secret}`)).status).toBe(404)
+    expect((await server.fetch(hooksPath(alice.accountId, alice.secret, `/${hook.id}`))).status).toBe(200)
+  })
+})
+
+describe('bad input', () => {
+  const refused: [string, unknown][] = [
+    ['http', { event: 'message.delivered', target_url: 'http://hooks.example.com/x' }],
+    ['not a URL', { event: 'message.delivered', target_url: 'hooks.example.com/x' }],
+    ['credentials', { event: 'message.delivered', target_url: 'https://user:pw@hooks.example.com/x' }],
+    ['loopback literal', { event: 'message.delivered', target_url: 'https://127.0.0.1/x' }],
+    ['private literal', { event: 'message.delivered', target_url: 'https://10.0.0.1/x' }],
+    ['metadata address', { event: 'message.delivered', target_url: 'https://169.254.169.254/latest' }],
+    ['IPv6 loopback', { event: 'message.delivered', target_url: 'https://[::1]/x' }],
+    ['IPv4-mapped loopback', { event: 'message.delivered', target_url: 'https://[::ffff:127.0.0.1]/x' }],
+    ['localhost', { event: 'message.delivered', target_url: 'https://localhost/x' }],
+    ['too long', { event: 'message.delivered', target_url: `https://hooks.example.com/${'a'.repeat(2048)}` }],
+    ['unknown event', { event: 'message.read', target_url: 'https://hooks.example.com/x' }],
+    ['missing event', { target_url: 'https://hooks.example.com/x' }],
+    ['wrong type', { event: 'message.delivered', target_url: 42 }],
+    ['unknown field', { event: 'message.delivered', target_url: 'https://hooks.example.com/x', secret: 'mine' }],
+  ]
+  for (const [name, body] of refused) {
+    test(`${name}: 422 naming the field`, async () => {
+      const response = await create(body)
+      expect(response.status).toBe(422)
+      const problem = await response.json()
+      expect(problem.code).toBe('validation_failed')
+      expect(problem.errors.length).toBeGreaterThan(0)
+    })
+  }
+})
+
+describe('scopes', () => {
+  test('a hooks:read token can list but not create or delete; a token without hooks scopes can do neither', async () => {
+    const fixture = await flowFixture(server)
+    const readOnly = (await authorizeAndRedeem(server, fixture, { scope: 'hooks:read' })).tokens.access_token
+    const path = `/v0/account/${fixture.accountId}/hooks`
+    const auth = (token: string) => ({ authorization: `Bearer ${token}`, 'content-type': 'application/json' })
+    expect((await server.fetch(path, { headers: auth(readOnly) })).status).toBe(200)
+    const denied = await server.fetch(path, { method: 'POST', headers: auth(readOnly), body: JSON.stringify({ event: 'message.failed', target_url: 'https://hooks.example.com/t' }) })
+    expect(denied.status).toBe(403)
+    expect(denied.headers.get('www-authenticate')).toContain('scope="hooks:write"')
+    const accountOnly = (await authorizeAndRedeem(server, fixture, { scope: 'account:read' })).tokens.access_token
+    expect((await server.fetch(path, { headers: auth(accountOnly) })).status).toBe(403)
+    const writer = (await authorizeAndRedeem(server, fixture, { scope: 'hooks:read hooks:write' })).tokens.access_token
+    expect((await server.fetch(path, { method: 'POST', headers: auth(writer), body: JSON.stringify({ event: 'message.failed', target_url: 'https://hooks.example.com/t' }) })).status).toBe(201)
+  })
+})
