@@ -1,6 +1,7 @@
 import { Elysia, t } from 'elysia'
 import { notFound } from '../lib/errors.ts'
 import { PageQuery, pageOf } from '../lib/pagination.ts'
+import { runIdempotently } from '../lib/idempotency.ts'
 import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
 import type { Caller } from '../auth/authenticator.ts'
 import { AccountParams, CreateHookBody, CreatedHookSchema, HookParams, HookSchema } from './schemas.ts'
@@ -17,10 +18,19 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
     .use(authPlugin(deps))
     .post(
       '/account/:account_id/hooks',
-      async ({ caller, params, body, set }) => {
-        const { hook, secret } = await createHook(deps, ownAccount(caller, params.account_id), body)
-        set.status = 201
-        return { ...toHookResource(hook), secret }
+      async ({ caller, params, body, request, set }) => {
+        const accountId = ownAccount(caller, params.account_id)
+        const result = await runIdempotently(
+          deps,
+          { accountId, key: request.headers.get('idempotency-key'), request: `POST ${accountId} hooks ${JSON.stringify(body)}` },
+          async () => {
+            const { hook, secret } = await createHook(deps, accountId, body)
+            return { status: 201, body: { ...toHookResource(hook), secret } }
+          },
+        )
+        set.status = result.status
+        if (result.replayed) set.headers['idempotent-replayed'] = 'true'
+        return result.body
       },
       {
         auth: { scope: 'hooks:write' },
@@ -28,7 +38,7 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
         parse: 'json',
         body: CreateHookBody,
         response: { 201: CreatedHookSchema },
-        detail: { summary: 'Subscribe an HTTPS address to an event', security: [{ apiKey: [] }, { bearer: ['hooks:write'] }] },
+        detail: { summary: 'Subscribe an HTTPS address to an event (accepts Idempotency-Key)', security: [{ apiKey: [] }, { bearer: ['hooks:write'] }] },
       },
     )
     .get(

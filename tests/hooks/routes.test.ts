@@ -1,6 +1,7 @@
 import { describe, expect, test } from 'bun:test'
 import { startTestServer } from '../support/server.ts'
 import { authorizeAndRedeem, flowFixture } from '../oauth/support.ts'
+import { idempotencyKeys } from '../../src/lib/db/schema.ts'
 
 const server = await startTestServer()
 const alice = await server.createAccountWithKey('Alice')
@@ -112,5 +113,73 @@ describe('scopes', () => {
     expect((await server.fetch(path, { headers: auth(accountOnly) })).status).toBe(403)
     const writer = (await authorizeAndRedeem(server, fixture, { scope: 'hooks:read hooks:write' })).tokens.access_token
     expect((await server.fetch(path, { method: 'POST', headers: auth(writer), body: JSON.stringify({ event: 'message.failed', target_url: 'https://hooks.example.com/t' }) })).status).toBe(201)
+  })
+})
+
+describe('Idempotency-Key', () => {
+  const createWithKey = (key: string, body: unknown, owner = alice) =>
+    server.fetch(hooksPath(owner.accountId, owner.secret), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: JSON.stringify(body),
+    })
+
+  test('the same key and body replay the first response, secret included; one subscription exists', async () => {
+    const body = { event: 'message.inbound', target_url: 'https://hooks.example.com/idem' }
+    const first = await createWithKey('key-1', body)
+    expect(first.status).toBe(201)
+    const second = await createWithKey('key-1', body)
+    expect(second.status).toBe(201)
+    expect(second.headers.get('idempotent-replayed')).toBe('true')
+    const [a, b] = [await first.json(), await second.json()]
+    expect(b).toEqual(a)
+    const listed = await (await server.fetch(`${hooksPath(alice.accountId, alice.secret)}&limit=100`)).json()
+    expect(listed.data.filter((hook: { target_url: string }) => hook.target_url === body.target_url)).toHaveLength(1)
+  })
+
+  test('the same key with another body is 422 idempotency_key_reused', async () => {
+    await createWithKey('key-2', { event: 'message.inbound', target_url: 'https://hooks.example.com/idem-2' })
+    const reused = await createWithKey('key-2', { event: 'message.failed', target_url: 'https://hooks.example.com/idem-2' })
+    expect(reused.status).toBe(422)
+    expect((await reused.json()).code).toBe('idempotency_key_reused')
+  })
+
+  test('keys belong to an account: another account may use the same key', async () => {
+    const body = { event: 'message.inbound', target_url: 'https://hooks.example.com/idem-3' }
+    expect((await createWithKey('shared-key', body)).status).toBe(201)
+    const other = await createWithKey('shared-key', body, bob)
+    expect(other.status).toBe(201)
+    expect(other.headers.get('idempotent-replayed')).toBeNull()
+  })
+
+  test('a failed request leaves no record: the same key can be retried', async () => {
+    const bad = await createWithKey('key-4', { event: 'message.inbound', target_url: 'https://127.0.0.1/x' })
+    expect(bad.status).toBe(422)
+    const duplicate = { event: 'message.delivered', target_url: 'https://hooks.example.com/delivered' }
+    const conflict = await createWithKey('key-5', duplicate)
+    expect(conflict.status).toBe(409)
+    expect((await createWithKey('key-5', { event: 'message.delivered', target_url: 'https://hooks.example.com/after-409' })).status).toBe(201)
+  })
+
+  test('concurrent requests with one key create one subscription; the others replay or are told to retry', async () => {
+    const body = { event: 'message.failed', target_url: 'https://hooks.example.com/concurrent' }
+    const responses = await Promise.all(Array.from({ length: 5 }, () => createWithKey('key-concurrent', body)))
+    for (const response of responses) expect([201, 409]).toContain(response.status)
+    const listed = await (await server.fetch(`${hooksPath(alice.accountId, alice.secret)}&limit=100`)).json()
+    expect(listed.data.filter((hook: { target_url: string }) => hook.target_url === body.target_url)).toHaveLength(1)
+  })
+
+  test('a malformed key is 400', async () => {
+    for (const key of ['x'.repeat(256), 'has space']) {
+      const response = await createWithKey(key, { event: 'message.inbound', target_url: 'https://hooks.example.com/k' })
+      expect(response.status).toBe(400)
+      expect((await response.json()).code).toBe('invalid_idempotency_key')
+    }
+  })
+
+  test('the stored response does not hold the secret in clear', async () => {
+    const created = await (await createWithKey('key-6', { event: 'message.inbound', target_url: 'https://hooks.example.com/sealed' })).json()
+    const rows = await server.database.handle.db.select().from(idempotencyKeys)
+    expect(JSON.stringify(rows)).not.toContain(created.secret)
   })
 })

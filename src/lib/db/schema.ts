@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { bigint, index, integer, jsonb, pgTable, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { bigint, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
 
 const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
 
@@ -185,4 +185,24 @@ export const hooks = pgTable(
     uniqueIndex('hooks_account_event_target_key').on(table.accountId, table.event, table.targetUrl),
     index('hooks_account_id_idx').on(table.accountId, table.id),
   ],
+)
+
+/**
+ * SPEC §3: the first response to a POST with an Idempotency-Key, replayed for 24 h. The
+ * response is sealed (it may hold a secret shown once, like a webhook signing secret).
+ */
+export const idempotencyKeys = pgTable(
+  'idempotency_keys',
+  {
+    accountId: text('account_id')
+      .notNull()
+      .references(() => accounts.id, { onDelete: 'cascade' }),
+    key: text('key').notNull(),
+    requestHash: text('request_hash').notNull(),
+    /** Null while the first request is still running. */
+    responseStatus: integer('response_status'),
+    responseCiphertext: text('response_ciphertext'),
+    createdAt: createdAt(),
+  },
+  (table) => [primaryKey({ columns: [table.accountId, table.key] }), index('idempotency_keys_created_at_idx').on(table.createdAt)],
 )
