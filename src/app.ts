@@ -20,6 +20,8 @@ import { authorizeRoutes } from './oauth/authorize.ts'
 import { tokenRoutes } from './oauth/token-routes.ts'
 import { sessionRoutes } from './oauth/session.ts'
 import { hookRoutes } from './hooks/routes.ts'
+import { messageRoutes } from './messages/routes.ts'
+import type { Carrier } from './messages/carrier.ts'
 import { isForbiddenHost } from './delivery/ssrf.ts'
 
 export interface AppDeps {
@@ -32,6 +34,7 @@ export interface AppDeps {
   signer: TokenSigner
   bearer: BearerAuthenticator
   secretBox: SecretBox
+  carrier: Carrier
   /** Applies recent cache invalidations now (after a revocation made by this instance). */
   syncCaches(): Promise<void>
 }
@@ -69,7 +72,8 @@ export function createApp(deps: AppDeps) {
             isForbiddenHost,
             allowPrivateTargets: deps.config.webhookAllowPrivateTargets,
           }),
-        ))
+        )
+        .use(messageRoutes({ ...auth, db: deps.db, carrier: deps.carrier, logger: deps.logger })))
 }
 
 export type App = ReturnType<typeof createApp>

@@ -10,6 +10,8 @@ import { createApp, type App } from './app.ts'
 import { createAccountReader } from './accounts/account-cache.ts'
 import { createApiKeyAuthenticator, newApiKeyCache } from './auth/authenticator.ts'
 import { createBearerAuthenticator } from './auth/bearer.ts'
+import { sandboxCarrier } from './messages/carrier.ts'
+import { dispatchStaleQueuedMessages } from './messages/service.ts'
 import { prepareActiveKeyLookup } from './auth/api-keys.ts'
 import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/secret-box.ts'
 import { createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
@@ -104,7 +106,10 @@ export async function createService(options: { config: Config; logger: Logger; h
     isCacheTrusted: feed.isFresh,
     signer,
     secretBox,
+    carrier: sandboxCarrier,
     syncCaches: feed.pollNow,
   })
+  const caughtUp = await dispatchStaleQueuedMessages({ db: handle.db, carrier: sandboxCarrier, logger })
+  if (caughtUp > 0) logger.info('dispatched messages left queued by a stopped process', { count: caughtUp })
   return { app, fetch: requestHandler(app, logger), syncCaches: feed.pollNow, signer, secretBox, stop: () => feed.stop() }
 }

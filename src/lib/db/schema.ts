@@ -206,3 +206,65 @@ export const idempotencyKeys = pgTable(
   },
   (table) => [primaryKey({ columns: [table.accountId, table.key] }), index('idempotency_keys_created_at_idx').on(table.createdAt)],
 )
+
+/** Messages sent through the API and replies from contacts (SPEC §8). */
+export const messages = pgTable(
+  'messages',
+  {
+    id: text('id').primaryKey(),
+    accountId: text('account_id')
+      .notNull()
+      .references(() => accounts.id, { onDelete: 'cascade' }),
+    direction: text('direction').notNull(),
+    /** The other party: the recipient of an outbound message, the sender of an inbound one. */
+    contact: text('contact').notNull(),
+    body: text('body').notNull(),
+    status: text('status').notNull(),
+    error: text('error'),
+    createdAt: createdAt(),
+    updatedAt: timestamp('updated_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+  },
+  (table) => [index('messages_account_id_idx').on(table.accountId, table.id), index('messages_queued_idx').on(table.createdAt).where(sql`${table.status} = 'queued'`)],
+)
+
+/**
+ * Every event, as the exact JSON body its deliveries send (built once, so every retry and
+ * every subscriber gets the same bytes). Also the reconciliation log of GET /events.
+ */
+export const events = pgTable(
+  'events',
+  {
+    id: text('id').primaryKey(),
+    accountId: text('account_id')
+      .notNull()
+      .references(() => accounts.id, { onDelete: 'cascade' }),
+    type: text('type').notNull(),
+    payload: text('payload').notNull(),
+    createdAt: createdAt(),
+  },
+  (table) => [index('events_account_id_idx').on(table.accountId, table.id)],
+)
+
+/** The outbox: one row per (event, subscription), written in the event's transaction. */
+export const deliveries = pgTable(
+  'deliveries',
+  {
+    id: text('id').primaryKey(),
+    eventId: text('event_id')
+      .notNull()
+      .references(() => events.id, { onDelete: 'cascade' }),
+    // Deleting a subscription deletes its pending deliveries: they are cancelled.
+    hookId: text('hook_id')
+      .notNull()
+      .references(() => hooks.id, { onDelete: 'cascade' }),
+    status: text('status').notNull().default('pending'),
+    attempts: integer('attempts').notNull().default(0),
+    nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+    leasedUntil: timestamp('leased_until', { withTimezone: true, mode: 'date' }),
+    createdAt: createdAt(),
+  },
+  (table) => [
+    index('deliveries_due_idx').on(table.nextAttemptAt).where(sql`${table.status} = 'pending'`),
+    index('deliveries_hook_id_idx').on(table.hookId, table.id),
+  ],
+)

@@ -1,0 +1,77 @@
+import { Elysia } from 'elysia'
+import { notFound } from '../lib/errors.ts'
+import { pageOf } from '../lib/pagination.ts'
+import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
+import type { Caller } from '../auth/authenticator.ts'
+import { AccountParams } from '../hooks/schemas.ts'
+import { EventSchema, EventsQuery, InboundMessageBody, MessageParams, MessageSchema, SendMessageBody } from './schemas.ts'
+import { acceptMessage, dispatchMessage, findMessage, listEvents, receiveInboundMessage, toMessageResource, type MessageDeps } from './service.ts'
+
+function ownAccount(caller: Caller, accountId: string): string {
+  if (caller.accountId !== accountId) throw notFound('No such account.')
+  return accountId
+}
+
+export function messageRoutes(deps: MessageDeps & AuthPluginDeps) {
+  return new Elysia({ tags: ['Messages'] })
+    .use(authPlugin(deps))
+    .post(
+      '/account/:account_id/messages',
+      async ({ caller, params, body, set }) => {
+        const message = await acceptMessage(deps.db, ownAccount(caller, params.account_id), body)
+        // The carrier works after the answer; a process stopped in between is caught up at the next start.
+        void dispatchMessage(deps, message).catch((error) => deps.logger.error('dispatching a message failed', { message_id: message.id, error: String(error) }))
+        set.status = 202
+        return toMessageResource(message)
+      },
+      {
+        auth: { scope: 'messages:send' },
+        params: AccountParams,
+        parse: 'json',
+        body: SendMessageBody,
+        response: { 202: MessageSchema },
+        detail: { summary: 'Send a message (the sandbox carrier decides its outcome)', security: [{ apiKey: [] }, { bearer: ['messages:send'] }] },
+      },
+    )
+    .get(
+      '/account/:account_id/messages/:message_id',
+      async ({ caller, params }) => {
+        const message = await findMessage(deps.db, ownAccount(caller, params.account_id), params.message_id)
+        if (!message) throw notFound('No such message.')
+        return toMessageResource(message)
+      },
+      {
+        auth: { scope: 'messages:read' },
+        params: MessageParams,
+        response: { 200: MessageSchema },
+        detail: { summary: 'Read a message and its status', security: [{ apiKey: [] }, { bearer: ['messages:read'] }] },
+      },
+    )
+    .post(
+      '/account/:account_id/sandbox/inbound',
+      async ({ caller, params, body, set }) => {
+        const message = await receiveInboundMessage(deps.db, ownAccount(caller, params.account_id), body)
+        set.status = 201
+        return toMessageResource(message)
+      },
+      {
+        auth: { scope: 'messages:send' },
+        params: AccountParams,
+        parse: 'json',
+        body: InboundMessageBody,
+        response: { 201: MessageSchema },
+        detail: { summary: 'Sandbox: simulate a contact writing back', security: [{ apiKey: [] }, { bearer: ['messages:send'] }] },
+      },
+    )
+    .get(
+      '/account/:account_id/events',
+      ({ caller, params, query }) => listEvents(deps.db, ownAccount(caller, params.account_id), query),
+      {
+        auth: { scope: 'messages:read' },
+        params: AccountParams,
+        query: EventsQuery,
+        response: { 200: pageOf(EventSchema) },
+        detail: { summary: 'List events, newest first (filter by type and since) for reconciliation', security: [{ apiKey: [] }, { bearer: ['messages:read'] }] },
+      },
+    )
+}

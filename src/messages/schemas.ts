@@ -1,0 +1,49 @@
+import { t } from 'elysia'
+import { EVENT_TYPES } from '../hooks/events.ts'
+
+// E.164: a plus sign and up to 15 digits.
+const PhoneNumber = t.String({ pattern: '^\\+[1-9][0-9]{6,14}$', description: 'An E.164 number, e.g. +14155550123.' })
+const MessageText = t.String({ minLength: 1, maxLength: 1600 })
+
+export const SendMessageBody = t.Object({ to: PhoneNumber, body: MessageText }, { additionalProperties: false })
+export const InboundMessageBody = t.Object({ from: PhoneNumber, body: MessageText }, { additionalProperties: false })
+
+export const MessageSchema = t.Object(
+  {
+    id: t.String(),
+    account_id: t.String(),
+    direction: t.UnionEnum(['outbound', 'inbound']),
+    to: t.Optional(t.String()),
+    from: t.Optional(t.String()),
+    body: t.String(),
+    status: t.UnionEnum(['queued', 'delivered', 'failed', 'received']),
+    error: t.Optional(t.String()),
+    created_at: t.String({ format: 'date-time' }),
+    updated_at: t.String({ format: 'date-time' }),
+  },
+  { $id: '#/components/schemas/Message', title: 'Message' },
+)
+
+export const EventSchema = t.Object(
+  {
+    id: t.String(),
+    type: t.UnionEnum(EVENT_TYPES),
+    timestamp: t.String({ format: 'date-time' }),
+    account_id: t.String(),
+    data: t.Object({ message: MessageSchema }),
+  },
+  { $id: '#/components/schemas/Event', title: 'Event' },
+)
+
+export const EventsQuery = t.Object(
+  {
+    type: t.Optional(t.Union(EVENT_TYPES.map((type) => t.Literal(type)))),
+    since: t.Optional(t.String({ format: 'date-time', description: 'Only events at or after this time.' })),
+    limit: t.Optional(t.Integer({ minimum: 1, maximum: 100, default: 20 })),
+    cursor: t.Optional(t.String({ maxLength: 128 })),
+    key: t.Optional(t.String({ maxLength: 256 })),
+  },
+  { additionalProperties: false },
+)
+
+export const MessageParams = t.Object({ account_id: t.String({ maxLength: 64 }), message_id: t.String({ maxLength: 64 }) })

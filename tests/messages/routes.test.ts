@@ -1,0 +1,161 @@
+import { describe, expect, test } from 'bun:test'
+import { eq, sql } from 'drizzle-orm'
+import { startTestServer } from '../support/server.ts'
+import { deliveries, events, messages } from '../../src/lib/db/schema.ts'
+import { createLogger } from '../../src/lib/logger.ts'
+import { sandboxCarrier } from '../../src/messages/carrier.ts'
+import { acceptMessage, dispatchStaleQueuedMessages } from '../../src/messages/service.ts'
+import { authorizeAndRedeem, flowFixture } from '../oauth/support.ts'
+
+const server = await startTestServer()
+const db = server.database.handle.db
+const alice = await server.createAccountWithKey('Alice')
+const bob = await server.createAccountWithKey('Bob')
+
+const post = (owner: { accountId: string; secret: string }, path: string, body: unknown) =>
+  server.fetch(`/v0/account/${owner.accountId}${path}?key=${owner.secret}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+const get = (owner: { accountId: string; secret: string }, path: string, query = '') => server.fetch(`/v0/account/${owner.accountId}${path}?key=${owner.secret}${query}`)
+
+async function subscribe(owner: { accountId: string; secret: string }, event: string, target: string) {
+  const response = await post(owner, '/hooks', { event, target_url: `https://hooks.example.com/${target}` })
+  expect(response.status).toBe(201)
+  return (await response.json()).id as string
+}
+
+async function settled(owner: { accountId: string; secret: string }, messageId: string) {
+  for (let i = 0; i < 100; i++) {
+    const message = await (await get(owner, `/messages/${messageId}`)).json()
+    if (message.status !== 'queued') return message
+    await Bun.sleep(10)
+  }
+  throw new Error('the message stayed queued')
+}
+
+const deliveriesOf = (eventId: string) => db.select().from(deliveries).where(eq(deliveries.eventId, eventId))
+
+describe('messages and their events', () => {
+  test('a sent message is accepted as queued, delivered by the sandbox, and its event fans out to matching subscriptions only', async () => {
+    const delivered = await subscribe(alice, 'message.delivered', 'a-delivered')
+    const delivered2 = await subscribe(alice, 'message.delivered', 'a-delivered-2')
+    await subscribe(alice, 'message.failed', 'a-failed')
+    await subscribe(bob, 'message.delivered', 'b-delivered')
+
+    const accepted = await post(alice, '/messages', { to: '+14155550123', body: 'Hello' })
+    expect(accepted.status).toBe(202)
+    const message = await accepted.json()
+    expect(message).toEqual({ id: expect.stringMatching(/^msg_/), account_id: alice.accountId, direction: 'outbound', to: '+14155550123', body: 'Hello', status: 'queued', created_at: expect.any(String), updated_at: expect.any(String) })
+
+    expect((await settled(alice, message.id)).status).toBe('delivered')
+    const log = await (await get(alice, '/events', '&type=message.delivered')).json()
+    const event = log.data.find((item: { data: { message: { id: string } } }) => item.data.message.id === message.id)
+    expect(event).toMatchObject({ type: 'message.delivered', account_id: alice.accountId, data: { message: { id: message.id, status: 'delivered', to: '+14155550123' } } })
+    const rows = await deliveriesOf(event.id)
+    expect(rows.map((row) => row.hookId).sort()).toEqual([delivered, delivered2].sort())
+    expect(rows.every((row) => row.status === 'pending' && row.attempts === 0)).toBe(true)
+  })
+
+  test('a recipient ending in 0000 fails, with a message.failed event', async () => {
+    const message = await (await post(alice, '/messages', { to: '+14155550000', body: 'Nobody home' })).json()
+    const final = await settled(alice, message.id)
+    expect(final.status).toBe('failed')
+    expect(final.error).toContain('0000')
+    const log = await (await get(alice, '/events', '&type=message.failed')).json()
+    expect(log.data.some((item: { data: { message: { id: string } } }) => item.data.message.id === message.id)).toBe(true)
+  })
+
+  test('an inbound reply is stored with its message.inbound event and deliveries in one go', async () => {
+    const inboundHook = await subscribe(alice, 'message.inbound', 'a-inbound')
+    const response = await post(alice, '/sandbox/inbound', { from: '+447700900123', body: 'Thanks!' })
+    expect(response.status).toBe(201)
+    const message = await response.json()
+    expect([message.direction, message.from, message.status]).toEqual(['inbound', '+447700900123', 'received'])
+    const [event] = (await (await get(alice, '/events', '&type=message.inbound')).json()).data
+    expect(event.data.message.id).toBe(message.id)
+    expect((await deliveriesOf(event.id)).map((row) => row.hookId)).toEqual([inboundHook])
+  })
+
+  test('a subscription sees only events after its creation; a disabled one sees none', async () => {
+    const owner = await server.createAccountWithKey('Late')
+    const before = await (await post(owner, '/sandbox/inbound', { from: '+447700900124', body: 'early' })).json()
+    const hookId = await subscribe(owner, 'message.inbound', 'late')
+    const after = await (await post(owner, '/sandbox/inbound', { from: '+447700900124', body: 'late' })).json()
+    const log = (await (await get(owner, '/events')).json()).data as { id: string; data: { message: { id: string } } }[]
+    const eventOf = (messageId: string) => log.find((item) => item.data.message.id === messageId)!.id
+    expect(await deliveriesOf(eventOf(before.id))).toHaveLength(0)
+    expect((await deliveriesOf(eventOf(after.id))).map((row) => row.hookId)).toEqual([hookId])
+  })
+
+  test('deleting a subscription removes its pending deliveries', async () => {
+    const owner = await server.createAccountWithKey('Deleter')
+    const hookId = await subscribe(owner, 'message.inbound', 'deleted')
+    await post(owner, '/sandbox/inbound', { from: '+447700900125', body: 'hi' })
+    expect(await db.select().from(deliveries).where(eq(deliveries.hookId, hookId))).toHaveLength(1)
+    expect((await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}?key=${owner.secret}`, { method: 'DELETE' })).status).toBe(204)
+    expect(await db.select().from(deliveries).where(eq(deliveries.hookId, hookId))).toHaveLength(0)
+  })
+
+  test('the event log filters by since and pages newest first', async () => {
+    const owner = await server.createAccountWithKey('Log')
+    for (let i = 0; i < 3; i++) await post(owner, '/sandbox/inbound', { from: '+447700900126', body: `n${i}` })
+    const all = await (await get(owner, '/events', '&limit=2')).json()
+    expect(all.data.map((item: { data: { message: { body: string } } }) => item.data.message.body)).toEqual(['n2', 'n1'])
+    const rest = await (await get(owner, '/events', `&limit=2&cursor=${all.next_cursor}`)).json()
+    expect(rest).toEqual({ data: [expect.objectContaining({ type: 'message.inbound' })], next_cursor: null })
+    const future = await (await get(owner, '/events', `&since=${new Date(Date.now() + 60_000).toISOString()}`)).json()
+    expect(future.data).toEqual([])
+  })
+})
+
+describe('refusals', () => {
+  test("another account's messages and events are 404", async () => {
+    const message = await (await post(alice, '/messages', { to: '+14155550124', body: 'private' })).json()
+    expect((await server.fetch(`/v0/account/${alice.accountId}/messages/${message.id}?key=${bob.secret}`)).status).toBe(404)
+    expect((await server.fetch(`/v0/account/${bob.accountId}/messages/${message.id}?key=${bob.secret}`)).status).toBe(404)
+    expect((await server.fetch(`/v0/account/${alice.accountId}/events?key=${bob.secret}`)).status).toBe(404)
+    expect((await server.fetch(`/v0/account/${alice.accountId}/messages?key=${bob.secret}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"to":"+14155550125","body":"x"}' })).status).toBe(404)
+  })
+
+  const bad: [string, string, unknown][] = [
+    ['a number without +', '/messages', { to: '14155550123', body: 'x' }],
+    ['letters in the number', '/messages', { to: '+1415CALLME', body: 'x' }],
+    ['an empty body', '/messages', { to: '+14155550123', body: '' }],
+    ['a body over 1600 characters', '/messages', { to: '+14155550123', body: 'x'.repeat(1601) }],
+    ['an unknown field', '/messages', { to: '+14155550123', body: 'x', priority: 'high' }],
+    ['inbound without from', '/sandbox/inbound', { body: 'x' }],
+  ]
+  for (const [name, path, body] of bad) {
+    test(`${name}: 422`, async () => {
+      expect((await post(alice, path, body)).status).toBe(422)
+    })
+  }
+
+  test('an unknown event type filter is 422', async () => {
+    expect((await get(alice, '/events', '&type=message.read')).status).toBe(422)
+  })
+
+  test('bearer tokens need messages:send to send and messages:read to read', async () => {
+    const fixture = await flowFixture(server)
+    const hooksOnly = (await authorizeAndRedeem(server, fixture, { scope: 'hooks:read hooks:write' })).tokens.access_token
+    const headers = { authorization: `Bearer ${hooksOnly}`, 'content-type': 'application/json' }
+    const send = await server.fetch(`/v0/account/${fixture.accountId}/messages`, { method: 'POST', headers, body: '{"to":"+14155550126","body":"x"}' })
+    expect(send.status).toBe(403)
+    expect(send.headers.get('www-authenticate')).toContain('scope="messages:send"')
+    expect((await server.fetch(`/v0/account/${fixture.accountId}/events`, { headers })).status).toBe(403)
+  })
+})
+
+describe('a process stopped between accepting and dispatching', () => {
+  test('messages left queued are dispatched at the next start, with their events', async () => {
+    const owner = await server.createAccountWithKey('Crashed')
+    const stranded = await acceptMessage(db, owner.accountId, { to: '+14155550127', body: 'left behind' })
+    await db.update(messages).set({ createdAt: sql`now() - interval '5 minutes'` }).where(eq(messages.id, stranded.id))
+    const fresh = await acceptMessage(db, owner.accountId, { to: '+14155550128', body: 'still being sent' })
+    const count = await dispatchStaleQueuedMessages({ db, carrier: sandboxCarrier, logger: createLogger('silent') })
+    expect(count).toBeGreaterThanOrEqual(1)
+    const [after] = await db.select().from(messages).where(eq(messages.id, stranded.id))
+    expect(after!.status).toBe('delivered')
+    const [untouched] = await db.select().from(messages).where(eq(messages.id, fresh.id))
+    expect(untouched!.status).toBe('queued')
+    expect((await db.select().from(events).where(eq(events.accountId, owner.accountId))).length).toBe(1)
+  })
+})
