@@ -4,7 +4,8 @@ import { PageQuery, pageOf } from '../lib/pagination.ts'
 import { runIdempotently } from '../lib/idempotency.ts'
 import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
 import type { Caller } from '../auth/authenticator.ts'
-import { AccountParams, CreateHookBody, CreatedHookSchema, HookParams, HookSchema } from './schemas.ts'
+import { AccountParams, CreateHookBody, CreatedHookSchema, DeliveryAttemptSchema, HookParams, HookSchema } from './schemas.ts'
+import { listDeliveryAttempts } from '../delivery/store.ts'
 import { createHook, deleteHook, findHook, listHooks, toHookResource, type HookDeps } from './service.ts'
 
 /** A path naming another account than the caller's reads as missing (SPEC §7: 404). */
@@ -64,6 +65,21 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
         params: HookParams,
         response: { 200: HookSchema },
         detail: { summary: 'Read one subscription', security: [{ apiKey: [] }, { bearer: ['hooks:read'] }] },
+      },
+    )
+    .get(
+      '/account/:account_id/hooks/:hook_id/deliveries',
+      async ({ caller, params, query }) => {
+        const hook = await findHook(deps.db, ownAccount(caller, params.account_id), params.hook_id)
+        if (!hook) throw notFound('No such subscription.')
+        return listDeliveryAttempts(deps.db, hook.id, query)
+      },
+      {
+        auth: { scope: 'hooks:read' },
+        params: HookParams,
+        query: PageQuery,
+        response: { 200: pageOf(DeliveryAttemptSchema) },
+        detail: { summary: "The subscription's delivery attempts, newest first", security: [{ apiKey: [] }, { bearer: ['hooks:read'] }] },
       },
     )
     .delete(

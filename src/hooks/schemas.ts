@@ -32,3 +32,17 @@ export const CreateHookBody = t.Object(
 
 export const AccountParams = t.Object({ account_id: t.String({ maxLength: 64 }) })
 export const HookParams = t.Object({ account_id: t.String({ maxLength: 64 }), hook_id: t.String({ maxLength: 64 }) })
+
+export const DeliveryAttemptSchema = t.Object(
+  {
+    id: t.String(),
+    delivery_id: t.String(),
+    event_id: t.String({ description: 'Also the webhook-id header the receiver saw.' }),
+    attempted_at: t.String({ format: 'date-time' }),
+    status_code: t.Union([t.Integer(), t.Null()], { description: 'Null when no response arrived.' }),
+    duration_ms: t.Integer(),
+    error: t.Union([t.String(), t.Null()]),
+    response_snippet: t.String({ description: "The first 4 KB of the receiver's answer." }),
+  },
+  { $id: '#/components/schemas/DeliveryAttempt', title: 'DeliveryAttempt' },
+)

@@ -13,6 +13,8 @@ const EnvSchema = t.Object({
   ENCRYPTION_KEY: t.Optional(t.String({ pattern: '^[A-Za-z0-9_+/-]{43}=?$' })),
   OAUTH_REFRESH_GRACE_S: t.Integer({ minimum: 0, maximum: 300, default: 30 }),
   WEBHOOK_ALLOW_PRIVATE_TARGETS: t.Boolean({ default: false }),
+  WEBHOOK_TIMEOUT_MS: t.Integer({ minimum: 100, maximum: 60_000, default: 15_000 }),
+  WEBHOOK_RETRY_SCHEDULE: t.String({ pattern: '^\\s*\\d+(ms|s|m|h)?(\\s*,\\s*\\d+(ms|s|m|h)?)*\\s*$', default: '0,5s,5m,30m,2h,5h,10h,14h,20h,24h' }),
 })
 
 export type LogLevel = (typeof LOG_LEVELS)[number]
@@ -35,6 +37,10 @@ export interface Config {
   oauthRefreshGraceSeconds: number
   /** Lets webhooks target loopback and private addresses: tests and local development only. */
   webhookAllowPrivateTargets: boolean
+  /** Per-attempt timeout of a webhook delivery. */
+  webhookTimeoutMs: number
+  /** Delay before each attempt, in milliseconds; its length is the number of attempts. */
+  webhookRetrySchedule: number[]
 }
 
 export class ConfigError extends Error {}
@@ -65,7 +71,19 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     encryptionKey: parsed.ENCRYPTION_KEY === undefined ? undefined : Buffer.from(parsed.ENCRYPTION_KEY, 'base64'),
     oauthRefreshGraceSeconds: parsed.OAUTH_REFRESH_GRACE_S,
     webhookAllowPrivateTargets: parsed.WEBHOOK_ALLOW_PRIVATE_TARGETS,
+    webhookTimeoutMs: parsed.WEBHOOK_TIMEOUT_MS,
+    webhookRetrySchedule: parseDurations(parsed.WEBHOOK_RETRY_SCHEDULE),
   }
+}
+
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }
+
+/** `0,5s,5m,2h` → milliseconds; a bare number is seconds. */
+function parseDurations(raw: string): number[] {
+  return raw.split(',').map((part) => {
+    const [, amount, unit] = /^\s*(\d+)(ms|s|m|h)?\s*$/.exec(part)!
+    return Number(amount) * UNIT_MS[unit ?? 's']!
+  })
 }
 
 function parsePublicUrl(raw: string): string {

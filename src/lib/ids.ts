@@ -1,6 +1,6 @@
 const CROCKFORD = '0123456789abcdefghjkmnpqrstvwxyz'
 
-export type IdPrefix = 'acc' | 'usr' | 'key' | 'req' | 'cli' | 'grt' | 'hook' | 'msg' | 'evt' | 'dlv'
+export type IdPrefix = 'acc' | 'usr' | 'key' | 'req' | 'cli' | 'grt' | 'hook' | 'msg' | 'evt' | 'dlv' | 'att'
 
 // Ids are made on every request (request ids): random bytes come from a pool, refilled in bulk.
 const POOL_SIZE = 4096

@@ -14,6 +14,8 @@ describe('loadConfig', () => {
       encryptionKey: undefined,
       oauthRefreshGraceSeconds: 30,
       webhookAllowPrivateTargets: false,
+      webhookTimeoutMs: 15_000,
+      webhookRetrySchedule: [0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000],
     })
   })
 
@@ -30,6 +32,10 @@ describe('loadConfig', () => {
     expect(loadConfig({ ENCRYPTION_KEY: key.toString('base64') }).encryptionKey).toEqual(new Uint8Array(key))
   })
 
+  test('WEBHOOK_RETRY_SCHEDULE takes ms, s, m, h and bare seconds', () => {
+    expect(loadConfig({ WEBHOOK_RETRY_SCHEDULE: '0, 200ms,1,2m ,1h' }).webhookRetrySchedule).toEqual([0, 200, 1_000, 120_000, 3_600_000])
+  })
+
   test('empty values count as unset', () => {
     expect(loadConfig({ DATABASE_URL: '', PORT: '' }).databaseUrl).toBeUndefined()
   })
@@ -43,6 +49,8 @@ describe('loadConfig', () => {
     [{ ENCRYPTION_KEY: 'too-short' }, 'ENCRYPTION_KEY'],
     [{ OAUTH_REFRESH_GRACE_S: '3600' }, 'OAUTH_REFRESH_GRACE_S'],
     [{ WEBHOOK_ALLOW_PRIVATE_TARGETS: 'maybe' }, 'WEBHOOK_ALLOW_PRIVATE_TARGETS'],
+    [{ WEBHOOK_RETRY_SCHEDULE: '5s,soon' }, 'WEBHOOK_RETRY_SCHEDULE'],
+    [{ WEBHOOK_TIMEOUT_MS: '10' }, 'WEBHOOK_TIMEOUT_MS'],
     [{ PUBLIC_URL: 'not a url' }, 'PUBLIC_URL'],
     [{ PUBLIC_URL: 'ftp://example.com' }, 'PUBLIC_URL'],
     [{ PUBLIC_URL: 'https://example.com/?x=1' }, 'PUBLIC_URL'],

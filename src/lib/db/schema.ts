@@ -268,3 +268,25 @@ export const deliveries = pgTable(
     index('deliveries_hook_id_idx').on(table.hookId, table.id),
   ],
 )
+
+/** The attempt log of each subscription (GET …/hooks/{id}/deliveries). */
+export const deliveryAttempts = pgTable(
+  'delivery_attempts',
+  {
+    id: text('id').primaryKey(),
+    deliveryId: text('delivery_id')
+      .notNull()
+      .references(() => deliveries.id, { onDelete: 'cascade' }),
+    hookId: text('hook_id')
+      .notNull()
+      .references(() => hooks.id, { onDelete: 'cascade' }),
+    eventId: text('event_id').notNull(),
+    attemptedAt: timestamp('attempted_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+    statusCode: integer('status_code'),
+    durationMs: integer('duration_ms').notNull(),
+    error: text('error'),
+    /** The first 4 KB of the receiver's answer. */
+    responseSnippet: text('response_snippet').notNull(),
+  },
+  (table) => [index('delivery_attempts_hook_id_idx').on(table.hookId, table.id)],
+)

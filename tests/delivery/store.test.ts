@@ -1,0 +1,156 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { eq, sql } from 'drizzle-orm'
+import { Webhook } from 'standardwebhooks'
+import type { Server } from 'bun'
+import { startTestServer } from '../support/server.ts'
+import { makeCertificates } from '../support/tls.ts'
+import { deliveries, hooks } from '../../src/lib/db/schema.ts'
+import { claimDueDeliveries, recordDeliveryAttempt } from '../../src/delivery/store.ts'
+import { decideAfterAttempt } from '../../src/delivery/policy.ts'
+import { sendWebhook } from '../../src/delivery/send.ts'
+import { postgresDatabase } from '../../src/lib/db/client.ts'
+
+const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' } })
+const db = server.database.handle.db
+const schedule = [0, 1_000, 60_000]
+
+const dir = mkdtempSync(join(tmpdir(), 'store-tls-'))
+const tls = makeCertificates(dir)
+const received: { headers: Record<string, string>; body: string; path: string }[] = []
+let receiver: Server<undefined>
+beforeAll(() => {
+  receiver = Bun.serve({
+    port: 0,
+    hostname: '127.0.0.1',
+    tls: { key: tls.key, cert: tls.cert },
+    async fetch(request) {
+      const path = new URL(request.url).pathname
+      received.push({ path, headers: Object.fromEntries(request.headers), body: await request.text() })
+      if (path === '/gone') return new Response('gone', { status: 410 })
+      if (path === '/broken') return new Response('broken', { status: 500 })
+      return new Response('thanks')
+    },
+  })
+})
+afterAll(() => {
+  receiver.stop(true)
+  rmSync(dir, { recursive: true, force: true })
+})
+
+/** An account with one subscription at `path` on the receiver, and one event fanned out to it. */
+async function eventFor(path: string) {
+  const owner = await server.createAccountWithKey()
+  const created = await server.fetch(`/v0/account/${owner.accountId}/hooks?key=${owner.secret}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ event: 'message.inbound', target_url: `https://localhost:${receiver.port}${path}` }),
+  })
+  const hook = await created.json()
+  await server.fetch(`/v0/account/${owner.accountId}/sandbox/inbound?key=${owner.secret}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ from: '+447700900200', body: `to ${path}` }),
+  })
+  return { owner, hook }
+}
+
+/** One claim-send-record round, as the worker will run it. */
+async function deliverOnce(claimedFor: string) {
+  const claimed = (await claimDueDeliveries(db, { limit: 100, leaseMs: 30_000 })).filter((item) => item.hookId === claimedFor)
+  for (const item of claimed) {
+    const secret = await server.service.secretBox.open(item.secretCiphertext)
+    const result = await sendWebhook({ url: item.targetUrl, id: item.eventId, body: item.payload, secrets: [secret] }, { timeoutMs: 2_000, allowPrivate: true, ca: tls.ca })
+    await recordDeliveryAttempt(db, item, result, decideAfterAttempt(result, item.attempts + 1, schedule))
+  }
+  return claimed
+}
+
+describe('claim, send, record', () => {
+  test('a delivery reaches the receiver signed with the subscription secret, and is logged', async () => {
+    const { owner, hook } = await eventFor('/ok')
+    const [claimed] = await deliverOnce(hook.id)
+    expect(claimed).toBeDefined()
+    const hit = received.find((item) => item.headers['webhook-id'] === claimed!.eventId)!
+    expect(JSON.parse(hit.body)).toMatchObject({ id: claimed!.eventId, type: 'message.inbound', account_id: owner.accountId })
+    expect(new Webhook(hook.secret).verify(hit.body, hit.headers)).toMatchObject({ id: claimed!.eventId })
+    const [row] = await db.select().from(deliveries).where(eq(deliveries.id, claimed!.id))
+    expect([row!.status, row!.attempts, row!.leasedUntil]).toEqual(['delivered', 1, null])
+    const log = await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hook.id}/deliveries?key=${owner.secret}`)).json()
+    expect(log.data).toEqual([expect.objectContaining({ delivery_id: claimed!.id, event_id: claimed!.eventId, status_code: 200, error: null, response_snippet: 'thanks' })])
+    expect(await deliverOnce(hook.id)).toHaveLength(0)
+  })
+
+  test('a 500 is scheduled again with the same event id; a 410 disables the subscription', async () => {
+    const broken = await eventFor('/broken')
+    const [first] = await deliverOnce(broken.hook.id)
+    const [row] = await db.select().from(deliveries).where(eq(deliveries.id, first!.id))
+    expect([row!.status, row!.attempts]).toEqual(['pending', 1])
+    expect(row!.nextAttemptAt.getTime()).toBeGreaterThan(Date.now())
+    await db.update(deliveries).set({ nextAttemptAt: sql`now()` }).where(eq(deliveries.id, first!.id))
+    const [second] = await deliverOnce(broken.hook.id)
+    expect(second!.eventId).toBe(first!.eventId)
+    expect(received.filter((item) => item.headers['webhook-id'] === first!.eventId)).toHaveLength(2)
+
+    const gone = await eventFor('/gone')
+    await deliverOnce(gone.hook.id)
+    const [hook] = await db.select().from(hooks).where(eq(hooks.id, gone.hook.id))
+    expect([hook!.status, hook!.disabledReason]).toEqual(['disabled', 'The receiver answered 410 Gone.'])
+    const read = await (await server.fetch(`/v0/account/${gone.owner.accountId}/hooks/${gone.hook.id}?key=${gone.owner.secret}`)).json()
+    expect(read.status).toBe('disabled')
+  })
+
+  test('the last failure of the schedule leaves the delivery failed', async () => {
+    const broken = await eventFor('/broken')
+    const due = () => db.update(deliveries).set({ nextAttemptAt: sql`now()` }).where(eq(deliveries.hookId, broken.hook.id))
+    for (let i = 0; i < schedule.length; i++) {
+      await due()
+      await deliverOnce(broken.hook.id)
+    }
+    const [row] = await db.select().from(deliveries).where(eq(deliveries.hookId, broken.hook.id))
+    expect([row!.status, row!.attempts]).toEqual(['failed', 3])
+  })
+})
+
+describe('leases', () => {
+  test('a leased delivery is not claimed again until its lease runs out', async () => {
+    const { hook } = await eventFor('/lease')
+    const mine = (items: { hookId: string }[]) => items.filter((item) => item.hookId === hook.id)
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000 }))).toHaveLength(1)
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000 }))).toHaveLength(0)
+    await db.update(deliveries).set({ leasedUntil: sql`now() - interval '1 second'` }).where(eq(deliveries.hookId, hook.id))
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000 }))).toHaveLength(1)
+  })
+
+  test.if(!!server.database.url)('claimers on separate connections never get the same delivery', async () => {
+    const owner = await server.createAccountWithKey()
+    await server.fetch(`/v0/account/${owner.accountId}/hooks?key=${owner.secret}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ event: 'message.inbound', target_url: `https://localhost:${receiver.port}/many` }),
+    })
+    for (let i = 0; i < 200; i++) {
+      await server.fetch(`/v0/account/${owner.accountId}/sandbox/inbound?key=${owner.secret}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ from: '+447700900201', body: `n${i}` }),
+      })
+    }
+    const claimers = Array.from({ length: 4 }, () => postgresDatabase(server.database.url!, { max: 1 }))
+    try {
+      const claimed: string[] = []
+      for (let round = 0; round < 20; round++) {
+        const batches = await Promise.all(claimers.map((claimer) => claimDueDeliveries(claimer.db, { limit: 7, leaseMs: 60_000 })))
+        for (const batch of batches) claimed.push(...batch.map((item) => item.id))
+      }
+      const many = await db.select({ id: deliveries.id }).from(deliveries).innerJoin(hooks, eq(hooks.id, deliveries.hookId)).where(eq(hooks.accountId, owner.accountId))
+      const mineClaimed = claimed.filter((id) => many.some((row) => row.id === id))
+      expect(mineClaimed).toHaveLength(200)
+      expect(new Set(mineClaimed).size).toBe(200)
+    } finally {
+      await Promise.all(claimers.map((claimer) => claimer.close()))
+    }
+  })
+})
