@@ -179,6 +179,11 @@ export const hooks = pgTable(
     status: text('status').notNull().default('active'),
     disabledReason: text('disabled_reason'),
     secretCiphertext: text('secret_ciphertext').notNull(),
+    /** The secret a rotation replaced: deliveries are signed with both until it expires. */
+    previousSecretCiphertext: text('previous_secret_ciphertext'),
+    previousSecretExpiresAt: timestamp('previous_secret_expires_at', { withTimezone: true, mode: 'date' }),
+    /** Start of the current run of failed attempts; null after any success. Five days of it disable the hook. */
+    failingSince: timestamp('failing_since', { withTimezone: true, mode: 'date' }),
     createdAt: createdAt(),
   },
   (table) => [
@@ -266,6 +271,8 @@ export const deliveries = pgTable(
   (table) => [
     index('deliveries_due_idx').on(table.nextAttemptAt).where(sql`${table.status} = 'pending'`),
     index('deliveries_hook_id_idx').on(table.hookId, table.id),
+    // The claim counts each subscription's deliveries in flight: only leased rows are indexed.
+    index('deliveries_leased_idx').on(table.hookId).where(sql`${table.leasedUntil} is not null`),
   ],
 )
 
