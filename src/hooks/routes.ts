@@ -4,9 +4,9 @@ import { PageQuery, pageOf } from '../lib/pagination.ts'
 import { runIdempotently } from '../lib/idempotency.ts'
 import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
 import type { Caller } from '../auth/authenticator.ts'
-import { AccountParams, CreateHookBody, CreatedHookSchema, DeliveryAttemptSchema, HookParams, HookSchema } from './schemas.ts'
+import { AccountParams, CreateHookBody, CreatedHookSchema, DeliveryAttemptSchema, HookParams, HookSchema, RotatedHookSchema } from './schemas.ts'
 import { listDeliveryAttempts } from '../delivery/store.ts'
-import { createHook, deleteHook, findHook, listHooks, toHookResource, type HookDeps } from './service.ts'
+import { createHook, deleteHook, enableHook, findHook, listHooks, rotateHookSecret, toHookResource, type HookDeps } from './service.ts'
 
 /** A path naming another account than the caller's reads as missing (SPEC §7: 404). */
 function ownAccount(caller: Caller, accountId: string): string {
@@ -80,6 +80,51 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
         query: PageQuery,
         response: { 200: pageOf(DeliveryAttemptSchema) },
         detail: { summary: "The subscription's delivery attempts, newest first", security: [{ apiKey: [] }, { bearer: ['hooks:read'] }] },
+      },
+    )
+    // The two POSTs below take no body. Like DELETE, they ignore a JSON one and refuse only what
+    // every route refuses (malformed JSON 400, another content type 415): see docs/webhooks.md.
+    .post(
+      '/account/:account_id/hooks/:hook_id/secret/rotate',
+      async ({ caller, params, request, set }) => {
+        const accountId = ownAccount(caller, params.account_id)
+        // A retried rotation must not lose the secret the first one showed: replay it.
+        const result = await runIdempotently(
+          deps,
+          { accountId, key: request.headers.get('idempotency-key'), request: `POST ${accountId} hooks/${params.hook_id}/secret/rotate` },
+          async () => {
+            const rotated = await rotateHookSecret(deps, accountId, params.hook_id)
+            if (!rotated) throw notFound('No such subscription.')
+            const { hook, secret } = rotated
+            return { status: 200, body: { ...toHookResource(hook), secret, previous_secret_expires_at: hook.previousSecretExpiresAt!.toISOString() } }
+          },
+        )
+        set.status = result.status
+        if (result.replayed) set.headers['idempotent-replayed'] = 'true'
+        return result.body
+      },
+      {
+        auth: { scope: 'hooks:write' },
+        params: HookParams,
+        response: { 200: RotatedHookSchema },
+        detail: {
+          summary: 'Replace the signing secret; the old one also signs for 24 h (accepts Idempotency-Key)',
+          security: [{ apiKey: [] }, { bearer: ['hooks:write'] }],
+        },
+      },
+    )
+    .post(
+      '/account/:account_id/hooks/:hook_id/enable',
+      async ({ caller, params }) => {
+        const hook = await enableHook(deps.db, ownAccount(caller, params.account_id), params.hook_id)
+        if (!hook) throw notFound('No such subscription.')
+        return toHookResource(hook)
+      },
+      {
+        auth: { scope: 'hooks:write' },
+        params: HookParams,
+        response: { 200: HookSchema },
+        detail: { summary: 'Re-enable a disabled subscription (a no-op on an active one)', security: [{ apiKey: [] }, { bearer: ['hooks:write'] }] },
       },
     )
     .delete(

@@ -21,6 +21,17 @@ export const CreatedHookSchema = t.Composite([
   }),
 ])
 
+export const RotatedHookSchema = t.Composite([
+  HookSchema,
+  t.Object({
+    secret: t.String({ description: 'The new signing secret (whsec_…), now the current one. Shown once: store it now.' }),
+    previous_secret_expires_at: t.String({
+      format: 'date-time',
+      description: 'Until then deliveries are also signed with the secret this one replaced (24 h after the rotation).',
+    }),
+  }),
+])
+
 export const CreateHookBody = t.Object(
   {
     // Not t.UnionEnum: it carries a default, which would fill in a missing event.

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { and, desc, eq, lt } from 'drizzle-orm'
+import { and, desc, eq, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import { hooks } from '../lib/db/schema.ts'
@@ -102,4 +102,52 @@ export async function deleteHook(db: Database, accountId: string, hookId: string
   if (!isId('hook', hookId)) return false
   const deleted = await db.delete(hooks).where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId))).returning({ id: hooks.id })
   return deleted.length > 0
+}
+
+/** How long deliveries keep being signed with the secret a rotation replaced. */
+export const PREVIOUS_SECRET_HOURS = 24
+
+/**
+ * A new signing secret becomes the current one; the one it replaces stays valid (deliveries are
+ * signed with both) for 24 h. Only two secrets exist at a time: rotating again within the 24 h
+ * drops the older previous secret and keeps the then-current one as the previous. One UPDATE,
+ * so concurrent rotations cannot lose a secret between reading and writing it. Null: no such
+ * hook on this account.
+ */
+export async function rotateHookSecret(deps: Pick<HookDeps, 'db' | 'secretBox'>, accountId: string, hookId: string): Promise<{ hook: Hook; secret: string } | null> {
+  if (!isId('hook', hookId)) return null
+  const secret = newSigningSecret()
+  const [hook] = await deps.db
+    .update(hooks)
+    .set({
+      secretCiphertext: await deps.secretBox.seal(secret),
+      // In an UPDATE, a column on the right-hand side is the row's value before the update.
+      previousSecretCiphertext: sql`${hooks.secretCiphertext}`,
+      previousSecretExpiresAt: sql`now() + make_interval(hours => ${PREVIOUS_SECRET_HOURS})`,
+    })
+    .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
+    .returning()
+  return hook ? { hook, secret } : null
+}
+
+/**
+ * Makes a disabled hook active again and restarts its failure clock. Enabling an active hook
+ * changes nothing, its failure clock included (calling enable must not put off the 5-day
+ * disable of a hook that keeps failing). The worker claims only active hooks' deliveries, so
+ * the ones left pending while the hook was disabled go out again from now on. Null: no such
+ * hook on this account.
+ */
+export async function enableHook(db: Database, accountId: string, hookId: string): Promise<Hook | null> {
+  if (!isId('hook', hookId)) return null
+  const [hook] = await db
+    .update(hooks)
+    .set({
+      status: 'active',
+      disabledReason: null,
+      // The row's status before this update: only a disabled hook's clock restarts.
+      failingSince: sql`case when ${hooks.status} = 'active' then ${hooks.failingSince} end`,
+    })
+    .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
+    .returning()
+  return hook ?? null
 }
