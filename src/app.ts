@@ -35,6 +35,8 @@ export interface AppDeps {
   bearer: BearerAuthenticator
   secretBox: SecretBox
   carrier: Carrier
+  /** Wakes this process's delivery worker after a commit that queued deliveries. */
+  deliveriesQueued(): void
   /** Applies recent cache invalidations now (after a revocation made by this instance). */
   syncCaches(): Promise<void>
 }
@@ -73,7 +75,7 @@ export function createApp(deps: AppDeps) {
             allowPrivateTargets: deps.config.webhookAllowPrivateTargets,
           }),
         )
-        .use(messageRoutes({ ...auth, db: deps.db, carrier: deps.carrier, logger: deps.logger })))
+        .use(messageRoutes({ ...auth, db: deps.db, carrier: deps.carrier, logger: deps.logger, deliveriesQueued: deps.deliveriesQueued })))
 }
 
 export type App = ReturnType<typeof createApp>

@@ -40,11 +40,11 @@ export async function openDatabaseOrExit(config: Config): Promise<OpenedDatabase
 }
 
 /** Everything a runtime entry point needs before it starts listening. */
-export async function boot(env: Record<string, string | undefined>): Promise<Booted> {
+export async function boot(env: Record<string, string | undefined>, options: { deliverWebhooks: boolean }): Promise<Booted> {
   const config = loadConfigOrExit(env)
   const logger = createLogger(config.logLevel)
   const database = await openDatabaseOrExit(config)
-  const service = await createService({ config, logger, handle: database.handle })
+  const service = await createService({ config, logger, handle: database.handle, deliverWebhooks: options.deliverWebhooks })
   return { config, logger, database, service }
 }
 

@@ -11,7 +11,7 @@ declare const Deno: {
   exit(code: number): never
 }
 
-const booted = await boot(Deno.env.toObject())
+const booted = await boot(Deno.env.toObject(), { deliverWebhooks: false })
 const { config, logger, database, service } = booted
 
 const server = Deno.serve(
@@ -25,7 +25,7 @@ const server = Deno.serve(
 // Signals are handled from the moment the port is open, before anything else is awaited.
 async function shutdown() {
   await server.shutdown()
-  service.stop()
+  await service.stop()
   await database.close()
   await logger.flush()
   Deno.exit(0)

@@ -5,7 +5,7 @@ import { runCommand } from './cli/commands.ts'
 import { cliSocketPath, parseForwardedCommand } from './cli/socket.ts'
 
 // The Bun adapter: everything Bun-specific (Bun.serve, the CLI socket) stays in this file.
-const booted = await boot(process.env)
+const booted = await boot(process.env, { deliverWebhooks: true })
 const { config, logger, database, service } = booted
 
 const server = Bun.serve({
@@ -47,7 +47,7 @@ async function shutdown(signal: string) {
   }, 10_000)
   await server.stop()
   clearTimeout(force)
-  service.stop()
+  await service.stop()
   if (cliSocket) {
     await cliSocket.stop(true)
     rmSync(cliSocketPath(config.dataDir), { force: true })

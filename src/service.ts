@@ -15,6 +15,7 @@ import { dispatchStaleQueuedMessages } from './messages/service.ts'
 import { prepareActiveKeyLookup } from './auth/api-keys.ts'
 import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/secret-box.ts'
 import { createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
+import { startDeliveryWorker } from './delivery/supervisor.ts'
 
 export interface OpenedDatabase {
   handle: DatabaseHandle
@@ -58,18 +59,23 @@ export interface Service {
   signer: TokenSigner
   /** Seals secrets the service reads back (ENCRYPTION_KEY); the CLI socket hands it to `keys rotate`. */
   secretBox: SecretBox
-  /** Stops background work; the database stays open (its owner closes it). */
-  stop(): void
+  /** Stops background work (the delivery worker finishes its attempts in flight); the database stays open (its owner closes it). */
+  stop(): Promise<void>
 }
 
 /** Wires the features over an open, migrated database. */
-export async function createService(options: { config: Config; logger: Logger; handle: DatabaseHandle }): Promise<Service> {
+export async function createService(options: {
+  config: Config
+  logger: Logger
+  handle: DatabaseHandle
+  /** The Bun entry sends webhooks from this process; the Deno entry serves the API only (docs/architecture.md). */
+  deliverWebhooks: boolean
+}): Promise<Service> {
   const { config, logger, handle } = options
   const keyCache = newApiKeyCache()
   const accounts = createAccountReader(handle.db)
-  const secretBox = await createSecretBox(
-    resolveEncryptionKey({ configured: config.encryptionKey, dataDir: config.dataDir, logger, multiInstance: handle.kind === 'postgres' }),
-  )
+  const encryptionKey = resolveEncryptionKey({ configured: config.encryptionKey, dataDir: config.dataDir, logger, multiInstance: handle.kind === 'postgres' })
+  const secretBox = await createSecretBox(encryptionKey)
   const signer = await createTokenSigner({ db: handle.db, secretBox, issuer: config.baseUrl, logger })
   const bearer = createBearerAuthenticator({ db: handle.db, signer, isCacheTrusted: () => feed.isFresh() })
   const reloadSigner = () => signer.reload().catch((error) => logger.error('reloading signing keys failed', { error: String(error) }))
@@ -107,9 +113,21 @@ export async function createService(options: { config: Config; logger: Logger; h
     signer,
     secretBox,
     carrier: sandboxCarrier,
+    deliveriesQueued: () => worker?.wake(),
     syncCaches: feed.pollNow,
   })
-  const caughtUp = await dispatchStaleQueuedMessages({ db: handle.db, carrier: sandboxCarrier, logger })
+  const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger }) : undefined
+  const caughtUp = await dispatchStaleQueuedMessages({ db: handle.db, carrier: sandboxCarrier, logger, deliveriesQueued: () => worker?.wake() })
   if (caughtUp > 0) logger.info('dispatched messages left queued by a stopped process', { count: caughtUp })
-  return { app, fetch: requestHandler(app, logger), syncCaches: feed.pollNow, signer, secretBox, stop: () => feed.stop() }
+  return {
+    app,
+    fetch: requestHandler(app, logger),
+    syncCaches: feed.pollNow,
+    signer,
+    secretBox,
+    async stop() {
+      feed.stop()
+      await worker?.stop()
+    },
+  }
 }

@@ -1,5 +1,6 @@
 import { Type as t, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
+import { readFileSync } from 'node:fs'
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const
 
@@ -15,6 +16,8 @@ const EnvSchema = t.Object({
   WEBHOOK_ALLOW_PRIVATE_TARGETS: t.Boolean({ default: false }),
   WEBHOOK_TIMEOUT_MS: t.Integer({ minimum: 100, maximum: 60_000, default: 15_000 }),
   WEBHOOK_RETRY_SCHEDULE: t.String({ pattern: '^\\s*\\d+(ms|s|m|h)?(\\s*,\\s*\\d+(ms|s|m|h)?)*\\s*$', default: '0,5s,5m,30m,2h,5h,10h,14h,20h,24h' }),
+  WEBHOOK_CA_FILE: t.Optional(t.String({ minLength: 1 })),
+  WEBHOOK_CONCURRENCY: t.Integer({ minimum: 1, maximum: 1024, default: 64 }),
 })
 
 export type LogLevel = (typeof LOG_LEVELS)[number]
@@ -41,6 +44,10 @@ export interface Config {
   webhookTimeoutMs: number
   /** Delay before each attempt, in milliseconds; its length is the number of attempts. */
   webhookRetrySchedule: number[]
+  /** PEM certificates trusted for webhook targets besides the system's (WEBHOOK_CA_FILE, read at start). */
+  webhookCaPem: string | undefined
+  /** Deliveries in flight at once in this process. */
+  webhookConcurrency: number
 }
 
 export class ConfigError extends Error {}
@@ -73,7 +80,20 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     webhookAllowPrivateTargets: parsed.WEBHOOK_ALLOW_PRIVATE_TARGETS,
     webhookTimeoutMs: parsed.WEBHOOK_TIMEOUT_MS,
     webhookRetrySchedule: parseDurations(parsed.WEBHOOK_RETRY_SCHEDULE),
+    webhookCaPem: parsed.WEBHOOK_CA_FILE === undefined ? undefined : readCaFile(parsed.WEBHOOK_CA_FILE),
+    webhookConcurrency: parsed.WEBHOOK_CONCURRENCY,
   }
+}
+
+function readCaFile(path: string): string {
+  let pem: string
+  try {
+    pem = readFileSync(path, 'utf8')
+  } catch (error) {
+    throw new ConfigError(`WEBHOOK_CA_FILE: cannot read ${JSON.stringify(path)} (${(error as NodeJS.ErrnoException).code ?? 'error'})`)
+  }
+  if (!pem.includes('-----BEGIN CERTIFICATE-----')) throw new ConfigError(`WEBHOOK_CA_FILE: ${JSON.stringify(path)} holds no PEM certificate`)
+  return pem
 }
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }

@@ -1,4 +1,5 @@
-import { and, eq } from 'drizzle-orm'
+import { and, eq, sql } from 'drizzle-orm'
+import { DELIVERIES_CHANNEL } from '../delivery/store.ts'
 import type { Static } from 'elysia'
 import type { DatabaseTransaction } from '../lib/db/client.ts'
 import { deliveries, events, hooks } from '../lib/db/schema.ts'
@@ -27,6 +28,8 @@ export async function recordEvent(
     .where(and(eq(hooks.accountId, input.accountId), eq(hooks.event, input.type), eq(hooks.status, 'active')))
   if (subscribers.length > 0) {
     await tx.insert(deliveries).values(subscribers.map((hook) => ({ id: newId('dlv'), eventId: id, hookId: hook.id })))
+    // Delivered at commit, to the delivery worker of every process on this database.
+    await tx.execute(sql`select pg_notify(${DELIVERIES_CHANNEL}, '')`)
   }
   return { event, deliveryCount: subscribers.length }
 }

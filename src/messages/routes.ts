@@ -50,7 +50,7 @@ export function messageRoutes(deps: MessageDeps & AuthPluginDeps) {
     .post(
       '/account/:account_id/sandbox/inbound',
       async ({ caller, params, body, set }) => {
-        const message = await receiveInboundMessage(deps.db, ownAccount(caller, params.account_id), body)
+        const message = await receiveInboundMessage(deps, ownAccount(caller, params.account_id), body)
         set.status = 201
         return toMessageResource(message)
       },

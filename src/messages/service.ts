@@ -17,6 +17,8 @@ export interface MessageDeps {
   db: Database
   carrier: Carrier
   logger: Logger
+  /** Called after a commit that queued deliveries: wakes this process's delivery worker. */
+  deliveriesQueued(): void
 }
 
 export function toMessageResource(message: Message): MessageResource {
@@ -48,16 +50,17 @@ export async function acceptMessage(db: Database, accountId: string, input: { to
  */
 export async function dispatchMessage(deps: MessageDeps, message: Message): Promise<void> {
   const outcome = await deps.carrier.deliver(message.contact, message.body)
-  await deps.db.transaction(async (tx) => {
+  const queued = await deps.db.transaction(async (tx) => {
     const [settled] = await tx
       .update(messages)
       .set({ status: outcome.delivered ? 'delivered' : 'failed', error: outcome.delivered ? null : outcome.error, updatedAt: sql`now()` })
       .where(and(eq(messages.id, message.id), eq(messages.status, 'queued')))
       .returning()
-    if (!settled) return
+    if (!settled) return 0
     const type: EventType = outcome.delivered ? 'message.delivered' : 'message.failed'
-    await recordEvent(tx, { accountId: settled.accountId, type, message: toMessageResource(settled) })
+    return (await recordEvent(tx, { accountId: settled.accountId, type, message: toMessageResource(settled) })).deliveryCount
   })
+  if (queued > 0) deps.deliveriesQueued()
 }
 
 // A message queued this long ago is not being dispatched by any live instance.
@@ -75,15 +78,21 @@ export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<nu
 }
 
 /** A contact writing back (the sandbox's stand-in for a carrier's inbound webhook). */
-export async function receiveInboundMessage(db: Database, accountId: string, input: { from: string; body: string }): Promise<Message> {
-  return db.transaction(async (tx) => {
+export async function receiveInboundMessage(
+  deps: Pick<MessageDeps, 'db' | 'deliveriesQueued'>,
+  accountId: string,
+  input: { from: string; body: string },
+): Promise<Message> {
+  const { message, deliveryCount } = await deps.db.transaction(async (tx) => {
     const [message] = await tx
       .insert(messages)
       .values({ id: newId('msg'), accountId, direction: 'inbound', contact: input.from, body: input.body, status: 'received' })
       .returning()
-    await recordEvent(tx, { accountId, type: 'message.inbound', message: toMessageResource(message!) })
-    return message!
+    const { deliveryCount } = await recordEvent(tx, { accountId, type: 'message.inbound', message: toMessageResource(message!) })
+    return { message: message!, deliveryCount }
   })
+  if (deliveryCount > 0) deps.deliveriesQueued()
+  return message
 }
 
 export async function findMessage(db: Database, accountId: string, messageId: string): Promise<Message | null> {

@@ -8,12 +8,13 @@ import type { Server } from 'bun'
 import { startTestServer } from '../support/server.ts'
 import { makeCertificates } from '../support/tls.ts'
 import { deliveries, hooks } from '../../src/lib/db/schema.ts'
-import { claimDueDeliveries, recordDeliveryAttempt } from '../../src/delivery/store.ts'
+import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS, claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
 import { decideAfterAttempt } from '../../src/delivery/policy.ts'
 import { sendWebhook } from '../../src/delivery/send.ts'
 import { postgresDatabase } from '../../src/lib/db/client.ts'
 
-const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' } })
+// No delivery worker: these tests drive claim, send and record by hand.
+const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' }, deliverWebhooks: false })
 const db = server.database.handle.db
 const schedule = [0, 1_000, 60_000]
 
@@ -59,11 +60,11 @@ async function eventFor(path: string) {
 
 /** One claim-send-record round, as the worker will run it. */
 async function deliverOnce(claimedFor: string) {
-  const claimed = (await claimDueDeliveries(db, { limit: 100, leaseMs: 30_000 })).filter((item) => item.hookId === claimedFor)
+  const claimed = (await claimDueDeliveries(db, { limit: 100, leaseMs: 30_000, perHook: 2 })).filter((item) => item.hookId === claimedFor)
   for (const item of claimed) {
     const secret = await server.service.secretBox.open(item.secretCiphertext)
     const result = await sendWebhook({ url: item.targetUrl, id: item.eventId, body: item.payload, secrets: [secret] }, { timeoutMs: 2_000, allowPrivate: true, ca: tls.ca })
-    await recordDeliveryAttempt(db, item, result, decideAfterAttempt(result, item.attempts + 1, schedule))
+    await recordDeliveryAttempts(db, [{ deliveryId: item.id, result, decision: decideAfterAttempt(result, item.attempts + 1, schedule) }])
   }
   return claimed
 }
@@ -117,11 +118,11 @@ describe('claim, send, record', () => {
 describe('leases', () => {
   test('a leased delivery is not claimed again until its lease runs out', async () => {
     const { hook } = await eventFor('/lease')
-    const mine = (items: { hookId: string }[]) => items.filter((item) => item.hookId === hook.id)
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000 }))).toHaveLength(1)
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000 }))).toHaveLength(0)
+    const mine = <T extends { hookId: string }>(items: T[]) => items.filter((item) => item.hookId === hook.id)
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 }))).toHaveLength(1)
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 }))).toHaveLength(0)
     await db.update(deliveries).set({ leasedUntil: sql`now() - interval '1 second'` }).where(eq(deliveries.hookId, hook.id))
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000 }))).toHaveLength(1)
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 }))).toHaveLength(1)
   })
 
   test.if(!!server.database.url)('claimers on separate connections never get the same delivery', async () => {
@@ -142,7 +143,7 @@ describe('leases', () => {
     try {
       const claimed: string[] = []
       for (let round = 0; round < 20; round++) {
-        const batches = await Promise.all(claimers.map((claimer) => claimDueDeliveries(claimer.db, { limit: 7, leaseMs: 60_000 })))
+        const batches = await Promise.all(claimers.map((claimer) => claimDueDeliveries(claimer.db, { limit: 7, leaseMs: 60_000, perHook: 1000 })))
         for (const batch of batches) claimed.push(...batch.map((item) => item.id))
       }
       const many = await db.select({ id: deliveries.id }).from(deliveries).innerJoin(hooks, eq(hooks.id, deliveries.hookId)).where(eq(hooks.accountId, owner.accountId))
@@ -152,5 +153,87 @@ describe('leases', () => {
     } finally {
       await Promise.all(claimers.map((claimer) => claimer.close()))
     }
+  })
+})
+
+/** `count` more events for an existing subscription's account. */
+async function moreEvents(owner: { accountId: string; secret: string }, count: number) {
+  for (let i = 0; i < count; i++) {
+    await server.fetch(`/v0/account/${owner.accountId}/sandbox/inbound?key=${owner.secret}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ from: '+447700900202', body: `more ${i}` }),
+    })
+  }
+}
+
+const failedAttempt = { ok: false, status: 500, durationMs: 3, error: 'HTTP 500', responseSnippet: '', retryAfterSeconds: null }
+const okAttempt = { ok: true, status: 200, durationMs: 3, error: null, responseSnippet: 'ok', retryAfterSeconds: null }
+
+describe('in flight per subscription', () => {
+  test('at most perHook deliveries of one subscription are leased at once; recording one frees its slot', async () => {
+    const { owner, hook } = await eventFor('/bounded')
+    await moreEvents(owner, 4)
+    const mine = <T extends { hookId: string }>(items: T[]) => items.filter((item) => item.hookId === hook.id)
+    const first = mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 }))
+    expect(first).toHaveLength(2)
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 }))).toHaveLength(0)
+    await recordDeliveryAttempts(db, [{ deliveryId: first[0]!.id, result: okAttempt, decision: { kind: 'delivered' } }])
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 }))).toHaveLength(1)
+  })
+
+  test("one subscription's backlog does not hide another's due delivery from the next claim", async () => {
+    const slow = await eventFor('/backlog')
+    await moreEvents(slow.owner, 80)
+    const other = await eventFor('/other')
+    const first = await claimDueDeliveries(db, { limit: 10, leaseMs: 60_000, perHook: 2 })
+    const second = await claimDueDeliveries(db, { limit: 10, leaseMs: 60_000, perHook: 2 })
+    expect([...first, ...second].filter((item) => item.hookId === slow.hook.id)).toHaveLength(2)
+    expect([...first, ...second].filter((item) => item.hookId === other.hook.id)).toHaveLength(1)
+  })
+})
+
+describe('recording', () => {
+  test('failures start the failure clock, a success stops it, five days of failures disable the subscription', async () => {
+    const { owner, hook } = await eventFor('/clock')
+    await moreEvents(owner, 2)
+    const failOne = async () => {
+      const [item] = (await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 1 })).filter((claimed) => claimed.hookId === hook.id)
+      await recordDeliveryAttempts(db, [{ deliveryId: item!.id, result: failedAttempt, decision: { kind: 'retry', delayMs: 0 } }])
+      return item!
+    }
+    const read = async () => (await db.select().from(hooks).where(eq(hooks.id, hook.id)))[0]!
+
+    await failOne()
+    const failing = await read()
+    expect(failing.failingSince).toBeInstanceOf(Date)
+    const again = await failOne()
+    expect((await read()).failingSince!.getTime()).toBe(failing.failingSince!.getTime())
+
+    const [next] = (await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 1 })).filter((claimed) => claimed.hookId === hook.id)
+    await recordDeliveryAttempts(db, [{ deliveryId: next!.id, result: okAttempt, decision: { kind: 'delivered' } }])
+    expect((await read()).failingSince).toBeNull()
+
+    await failOne()
+    const longAgo = new Date(Date.now() - CONTINUOUS_FAILURE_DISABLES_AFTER_MS - 60_000)
+    await db.update(hooks).set({ failingSince: longAgo }).where(eq(hooks.id, hook.id))
+    expect((await read()).status).toBe('active')
+    await failOne()
+    const disabled = await read()
+    expect(disabled.status).toBe('disabled')
+    expect(disabled.disabledReason).toContain('5 days')
+    expect(again.eventId).toMatch(/^evt_/)
+  })
+
+  test("an attempt for a delivery deleted meanwhile (its subscription was deleted) is dropped, the others in the batch are stored", async () => {
+    const gone = await eventFor('/deleted-meanwhile')
+    const kept = await eventFor('/kept')
+    const claimed = (await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 })).filter((item) => [gone.hook.id, kept.hook.id].includes(item.hookId))
+    expect(claimed).toHaveLength(2)
+    await db.delete(hooks).where(eq(hooks.id, gone.hook.id))
+    await recordDeliveryAttempts(db, claimed.map((item) => ({ deliveryId: item.id, result: okAttempt, decision: { kind: 'delivered' as const } })))
+    const [row] = await db.select().from(deliveries).where(eq(deliveries.hookId, kept.hook.id))
+    expect(row!.status).toBe('delivered')
+    expect(await db.select().from(deliveries).where(eq(deliveries.hookId, gone.hook.id))).toHaveLength(0)
   })
 })

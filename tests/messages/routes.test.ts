@@ -150,7 +150,7 @@ describe('a process stopped between accepting and dispatching', () => {
     const stranded = await acceptMessage(db, owner.accountId, { to: '+14155550127', body: 'left behind' })
     await db.update(messages).set({ createdAt: sql`now() - interval '5 minutes'` }).where(eq(messages.id, stranded.id))
     const fresh = await acceptMessage(db, owner.accountId, { to: '+14155550128', body: 'still being sent' })
-    const count = await dispatchStaleQueuedMessages({ db, carrier: sandboxCarrier, logger: createLogger('silent') })
+    const count = await dispatchStaleQueuedMessages({ db, carrier: sandboxCarrier, logger: createLogger('silent'), deliveriesQueued: () => {} })
     expect(count).toBeGreaterThanOrEqual(1)
     const [after] = await db.select().from(messages).where(eq(messages.id, stranded.id))
     expect(after!.status).toBe('delivered')

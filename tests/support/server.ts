@@ -28,7 +28,9 @@ const TEST_ENCRYPTION_KEY = Buffer.from(crypto.getRandomValues(new Uint8Array(32
  * The real app on a real port over an isolated real database, served exactly as src/server.ts
  * serves it. Stopped after the file's tests unless the test stops it first.
  */
-export async function startTestServer(options: { env?: Record<string, string>; database?: TestDatabase } = {}): Promise<TestServer> {
+export async function startTestServer(
+  options: { env?: Record<string, string>; database?: TestDatabase; deliverWebhooks?: boolean } = {},
+): Promise<TestServer> {
   const database = options.database ?? (await createTestDatabase())
   const rawLogs: string[] = []
   const logs: Record<string, unknown>[] = []
@@ -46,7 +48,7 @@ export async function startTestServer(options: { env?: Record<string, string>; d
   })
   const origin = `http://127.0.0.1:${server.port}`
   const config = loadConfig({ PORT: String(server.port), PUBLIC_URL: origin, LOG_LEVEL: 'debug', ENCRYPTION_KEY: TEST_ENCRYPTION_KEY, ...options.env })
-  const service = await createService({ config, logger, handle: database.handle })
+  const service = await createService({ config, logger, handle: database.handle, deliverWebhooks: options.deliverWebhooks ?? true })
   handle = service.fetch
 
   let stopped = false
@@ -54,7 +56,7 @@ export async function startTestServer(options: { env?: Record<string, string>; d
     if (stopped) return
     stopped = true
     await server.stop(true)
-    service.stop()
+    await service.stop()
     if (!options.database) await database.drop()
   }
   afterAll(stop)

@@ -1,0 +1,127 @@
+import { decideAfterAttempt } from './policy.ts'
+import type { AttemptResult } from './send.ts'
+import type { ClaimOptions, ClaimedDelivery, RecordedAttempt } from './store.ts'
+
+/**
+ * The two database operations a sender needs. Coarse on purpose: on PGlite each call crosses
+ * from the worker thread to the thread that owns the database (src/delivery/worker.ts), and
+ * a call per batch costs one message, not one per row.
+ */
+export interface DeliveryStore {
+  claim(options: ClaimOptions): Promise<ClaimedDelivery[]>
+  record(attempts: RecordedAttempt[]): Promise<void>
+}
+
+export interface DispatcherOptions {
+  store: DeliveryStore
+  /** One attempt; never throws (src/delivery/send.ts). */
+  send(delivery: ClaimedDelivery): Promise<AttemptResult>
+  schedule: readonly number[]
+  /** Sends in flight at once. */
+  concurrency: number
+  perHook: number
+  leaseMs: number
+  /** The safety net: claim this often even when nothing woke the dispatcher (retries fall due this way). */
+  pollMs: number
+  onError(message: string, error: unknown): void
+}
+
+export interface Dispatcher {
+  /** Something was committed: claim now. Calls made while a claim runs fold into one more claim. */
+  wake(): void
+  /** Stops claiming, lets the sends in flight finish and be recorded. */
+  stop(): Promise<void>
+  /** For tests and logs: sends in flight and attempts waiting to be recorded. */
+  stats(): { inFlight: number; unrecorded: number }
+}
+
+/**
+ * Keeps up to `concurrency` deliveries in flight: claims as many as there are free slots until a
+ * claim comes back empty, sends each outside any transaction, and records finished attempts in batches (whatever
+ * finished while the previous batch was being written). Recording frees the subscription's
+ * slot in the database, so every flush is followed by another claim.
+ */
+export function createDispatcher(options: DispatcherOptions): Dispatcher {
+  const { store, concurrency } = options
+  let inFlight = 0
+  let claiming = false
+  let wokenWhileClaiming = false
+  let stopped = false
+  const finished: RecordedAttempt[] = []
+  let flushing: Promise<void> | null = null
+  let idle: (() => void) | null = null
+
+  const claimWhileSlotsFree = async () => {
+    if (claiming) {
+      wokenWhileClaiming = true
+      return
+    }
+    claiming = true
+    try {
+      do {
+        wokenWhileClaiming = false
+        while (!stopped && inFlight < concurrency) {
+          const free = concurrency - inFlight
+          const batch = await store.claim({ limit: free, leaseMs: options.leaseMs, perHook: options.perHook })
+          for (const delivery of batch) void sendOne(delivery)
+          // A short batch is not proof that nothing is due: subscriptions that reach their bound
+          // in this claim are left out of the next one, which can then reach rows behind them.
+          if (batch.length === 0) break
+        }
+      } while (wokenWhileClaiming && !stopped && inFlight < concurrency)
+    } catch (error) {
+      options.onError('claiming deliveries failed', error)
+    } finally {
+      claiming = false
+      settleIfIdle()
+    }
+  }
+
+  const sendOne = async (delivery: ClaimedDelivery) => {
+    inFlight++
+    const result = await options.send(delivery)
+    finished.push({ deliveryId: delivery.id, result, decision: decideAfterAttempt(result, delivery.attempts + 1, options.schedule) })
+    inFlight--
+    flush()
+  }
+
+  const flush = () => {
+    if (flushing) return
+    flushing = (async () => {
+      while (finished.length > 0) {
+        const batch = finished.splice(0)
+        try {
+          await store.record(batch)
+        } catch (error) {
+          // The leases run out and these deliveries are sent again: at-least-once holds, the log misses these attempts.
+          options.onError(`recording ${batch.length} delivery attempts failed`, error)
+        }
+      }
+      flushing = null
+      if (!stopped) void claimWhileSlotsFree()
+      settleIfIdle()
+    })()
+  }
+
+  const settleIfIdle = () => {
+    if (idle && inFlight === 0 && !flushing && !claiming && finished.length === 0) idle()
+  }
+
+  const timer = setInterval(() => void claimWhileSlotsFree(), options.pollMs)
+  void claimWhileSlotsFree()
+
+  return {
+    wake: () => {
+      if (!stopped) void claimWhileSlotsFree()
+    },
+    stop() {
+      stopped = true
+      clearInterval(timer)
+      return new Promise<void>((resolve) => {
+        idle = resolve
+        settleIfIdle()
+      })
+    },
+    stats: () => ({ inFlight, unrecorded: finished.length }),
+  }
+}

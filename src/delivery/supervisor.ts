@@ -1,0 +1,122 @@
+import type { Config } from '../lib/config.ts'
+import type { DatabaseHandle } from '../lib/db/client.ts'
+import type { Logger, LogFields } from '../lib/logger.ts'
+import { claimDueDeliveries, recordDeliveryAttempts, type ClaimOptions, type RecordedAttempt } from './store.ts'
+
+/** Most deliveries of one subscription in flight at once: one slow receiver holds two slots, not all of them. */
+export const IN_FLIGHT_PER_SUBSCRIPTION = 2
+// Retries fall due without a commit to announce them; this bounds how late they are noticed.
+const POLL_MS = 1000
+const RESTART_DELAY_MS = 1000
+
+/** What the worker thread is started with. Plain data: it is posted to the thread. */
+export interface WorkerSettings {
+  /** Set on PostgreSQL: the worker opens its own pool and LISTENs. Unset on PGlite: the worker's store calls come back to this thread. */
+  databaseUrl: string | undefined
+  encryptionKey: Uint8Array
+  timeoutMs: number
+  allowPrivate: boolean
+  ca: string | undefined
+  schedule: number[]
+  concurrency: number
+  perHook: number
+  leaseMs: number
+  pollMs: number
+}
+
+export type ToWorker =
+  | { type: 'start'; settings: WorkerSettings }
+  | { type: 'wake' }
+  | { type: 'stop' }
+  | { type: 'reply'; id: number; ok: true; value: unknown }
+  | { type: 'reply'; id: number; ok: false; error: string }
+
+export type FromWorker =
+  | { type: 'call'; id: number; op: 'claim'; args: ClaimOptions }
+  | { type: 'call'; id: number; op: 'record'; args: RecordedAttempt[] }
+  | { type: 'log'; level: 'debug' | 'info' | 'warn' | 'error'; message: string; fields?: LogFields }
+  | { type: 'stopped' }
+
+const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+export interface DeliveryWorker {
+  /** Deliveries were committed by this process: the worker claims them now. */
+  wake(): void
+  /** Lets the sends in flight finish and be recorded (bounded), then ends the thread. */
+  stop(): Promise<void>
+}
+
+/**
+ * A lease outlives the slowest attempt (the timeout) with room for recording it; when a
+ * process dies, its leased deliveries are due again after at most this long.
+ */
+export function leaseFor(timeoutMs: number): number {
+  return timeoutMs * 2 + 5000
+}
+
+/**
+ * Runs the delivery worker in a Bun `Worker` thread, so sending (TLS, signatures, JSON) never
+ * competes with request handling on the main thread. A thread that dies is started again.
+ * On PGlite, which only this thread may touch, the worker's two store calls are answered here.
+ */
+export function startDeliveryWorker(options: { config: Config; handle: DatabaseHandle; encryptionKey: Uint8Array; logger: Logger }): DeliveryWorker {
+  const { config, handle, logger } = options
+  const settings: WorkerSettings = {
+    databaseUrl: handle.kind === 'postgres' ? config.databaseUrl : undefined,
+    encryptionKey: options.encryptionKey,
+    timeoutMs: config.webhookTimeoutMs,
+    allowPrivate: config.webhookAllowPrivateTargets,
+    ca: config.webhookCaPem,
+    schedule: config.webhookRetrySchedule,
+    concurrency: config.webhookConcurrency,
+    perHook: IN_FLIGHT_PER_SUBSCRIPTION,
+    leaseMs: leaseFor(config.webhookTimeoutMs),
+    pollMs: POLL_MS,
+  }
+  let stopping = false
+  let stopped: (() => void) | null = null
+  let worker: Worker
+  let restartTimer: ReturnType<typeof setTimeout> | undefined
+
+  const answer = async (message: Extract<FromWorker, { type: 'call' }>) => {
+    try {
+      const value = message.op === 'claim' ? await claimDueDeliveries(handle.db, message.args) : await recordDeliveryAttempts(handle.db, message.args)
+      worker.postMessage({ type: 'reply', id: message.id, ok: true, value } satisfies ToWorker)
+    } catch (error) {
+      worker.postMessage({ type: 'reply', id: message.id, ok: false, error: error instanceof Error ? error.message : String(error) } satisfies ToWorker)
+    }
+  }
+
+  const spawn = () => {
+    worker = new Worker(new URL('./worker.ts', import.meta.url).href)
+    worker.addEventListener('message', (event: MessageEvent<FromWorker>) => {
+      const message = event.data
+      if (message.type === 'call') void answer(message)
+      else if (message.type === 'log') logger[message.level](message.message, message.fields)
+      else if (message.type === 'stopped') stopped?.()
+    })
+    worker.addEventListener('error', (event) => logger.error('the delivery worker failed', { error: event.message }))
+    worker.addEventListener('close', () => {
+      if (stopping) return stopped?.()
+      logger.error('the delivery worker stopped; starting it again', { in_ms: RESTART_DELAY_MS })
+      restartTimer = setTimeout(spawn, RESTART_DELAY_MS)
+    })
+    worker.postMessage({ type: 'start', settings } satisfies ToWorker)
+  }
+  spawn()
+
+  return {
+    wake: () => worker.postMessage({ type: 'wake' } satisfies ToWorker),
+    async stop() {
+      if (stopping) return
+      stopping = true
+      clearTimeout(restartTimer)
+      const done = new Promise<void>((resolve) => (stopped = resolve))
+      worker.postMessage({ type: 'stop' } satisfies ToWorker)
+      // An attempt takes at most the timeout; past that (and a margin to record it), stop anyway: the leases bring the rest back.
+      const gaveUp = await Promise.race([done.then(() => false), delay(config.webhookTimeoutMs + 2000).then(() => true)])
+      if (gaveUp) logger.warn('the delivery worker did not stop in time; its leased deliveries will be sent again')
+      worker.terminate()
+    },
+  }
+}

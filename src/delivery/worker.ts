@@ -1,0 +1,124 @@
+// The delivery worker thread (started by src/delivery/supervisor.ts): claim → send → record.
+import postgres from 'postgres'
+import { drizzle } from 'drizzle-orm/postgres-js'
+import type { Database } from '../lib/db/client.ts'
+import * as schema from '../lib/db/schema.ts'
+import { createSecretBox, type SecretBox } from '../lib/secret-box.ts'
+import type { LogFields } from '../lib/logger.ts'
+import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
+import { sendWebhook, type AttemptResult } from './send.ts'
+import { DELIVERIES_CHANNEL, claimDueDeliveries, recordDeliveryAttempts, type ClaimedDelivery } from './store.ts'
+import type { FromWorker, ToWorker, WorkerSettings } from './supervisor.ts'
+
+const post = (message: FromWorker) => postMessage(message)
+const log = (level: 'debug' | 'info' | 'warn' | 'error', message: string, fields?: LogFields) => post({ type: 'log', level, message, fields })
+
+let dispatcher: Dispatcher | undefined
+let closeDatabase: () => Promise<void> = async () => {}
+const pendingCalls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>()
+let nextCallId = 0
+
+/** PGlite: the thread that owns the database runs each store call and posts the answer back. */
+function proxiedStore(): DeliveryStore {
+  const call = <T>(message: { op: 'claim'; args: unknown } | { op: 'record'; args: unknown }) =>
+    new Promise<T>((resolve, reject) => {
+      const id = nextCallId++
+      pendingCalls.set(id, { resolve: resolve as (value: unknown) => void, reject })
+      post({ type: 'call', id, ...message } as FromWorker)
+    })
+  return {
+    claim: (options) => call({ op: 'claim', args: options }),
+    record: (attempts) => call({ op: 'record', args: attempts }),
+  }
+}
+
+/** PostgreSQL: a pool of this thread's own, and LISTEN so that commits in any process wake it. */
+async function postgresStore(url: string, onNotified: () => void): Promise<DeliveryStore> {
+  const client = postgres(url, { max: 4, onnotice: () => {} })
+  const db = drizzle(client, { schema }) as unknown as Database
+  const listening = await client.listen(DELIVERIES_CHANNEL, onNotified)
+  closeDatabase = async () => {
+    await listening.unlisten().catch(() => {})
+    await client.end({ timeout: 5 })
+  }
+  return {
+    claim: (options) => claimDueDeliveries(db, options),
+    record: (attempts) => recordDeliveryAttempts(db, attempts),
+  }
+}
+
+/** Signing secrets opened once each: a busy subscription would otherwise decrypt its secret for every attempt. */
+function secretOpener(box: SecretBox) {
+  const opened = new Map<string, string>()
+  return async (ciphertext: string) => {
+    let secret = opened.get(ciphertext)
+    if (secret === undefined) {
+      secret = await box.open(ciphertext)
+      if (opened.size >= 10_000) opened.clear()
+      opened.set(ciphertext, secret)
+    }
+    return secret
+  }
+}
+
+async function start(settings: WorkerSettings) {
+  const openSecret = secretOpener(await createSecretBox(settings.encryptionKey))
+  const wake = () => dispatcher?.wake()
+  const store = settings.databaseUrl ? await postgresStore(settings.databaseUrl, wake) : proxiedStore()
+  const send = async (delivery: ClaimedDelivery): Promise<AttemptResult> => {
+    let secrets: string[]
+    try {
+      secrets = [await openSecret(delivery.secretCiphertext)]
+      if (delivery.previousSecretCiphertext) secrets.push(await openSecret(delivery.previousSecretCiphertext))
+    } catch (error) {
+      log('error', 'cannot open a webhook signing secret', { hook_id: delivery.hookId, error: String(error) })
+      return { ok: false, status: null, durationMs: 0, error: 'the signing secret could not be opened', responseSnippet: '', retryAfterSeconds: null }
+    }
+    return sendWebhook(
+      { url: delivery.targetUrl, id: delivery.eventId, body: delivery.payload, secrets },
+      { timeoutMs: settings.timeoutMs, allowPrivate: settings.allowPrivate, ca: settings.ca },
+    )
+  }
+  dispatcher = createDispatcher({
+    store,
+    send,
+    schedule: settings.schedule,
+    concurrency: settings.concurrency,
+    perHook: settings.perHook,
+    leaseMs: settings.leaseMs,
+    pollMs: settings.pollMs,
+    onError: (message, error) => log('error', message, { error: error instanceof Error ? error.message : String(error) }),
+  })
+}
+
+async function stop() {
+  await dispatcher?.stop()
+  await closeDatabase()
+  post({ type: 'stopped' })
+}
+
+addEventListener('message', (event: MessageEvent<ToWorker>) => {
+  const message = event.data
+  switch (message.type) {
+    case 'start':
+      start(message.settings).catch((error) => {
+        log('error', 'the delivery worker could not start', { error: String(error) })
+        // Ending the thread (only the thread) makes the supervisor start a new one after a pause.
+        close()
+      })
+      break
+    case 'wake':
+      dispatcher?.wake()
+      break
+    case 'stop':
+      void stop()
+      break
+    case 'reply': {
+      const pending = pendingCalls.get(message.id)
+      pendingCalls.delete(message.id)
+      if (message.ok) pending?.resolve(message.value)
+      else pending?.reject(new Error(message.error))
+      break
+    }
+  }
+})

@@ -1,0 +1,146 @@
+import { describe, expect, test } from 'bun:test'
+import { createDispatcher, type DeliveryStore } from '../../src/delivery/dispatcher.ts'
+import type { AttemptResult } from '../../src/delivery/send.ts'
+import type { ClaimOptions, ClaimedDelivery, RecordedAttempt } from '../../src/delivery/store.ts'
+
+const delivery = (id: number): ClaimedDelivery => ({
+  id: `dlv_${id}`,
+  eventId: `evt_${id}`,
+  hookId: 'hook_1',
+  attempts: 0,
+  payload: '{}',
+  targetUrl: 'https://example.com/',
+  secretCiphertext: 'sealed',
+  previousSecretCiphertext: null,
+})
+const ok: AttemptResult = { ok: true, status: 200, durationMs: 1, error: null, responseSnippet: '', retryAfterSeconds: null }
+
+/** A queue of due deliveries in memory, recording what the dispatcher asked of it. */
+function memoryStore(due: ClaimedDelivery[]) {
+  const claims: ClaimOptions[] = []
+  const recorded: RecordedAttempt[][] = []
+  const store: DeliveryStore = {
+    async claim(options) {
+      claims.push(options)
+      return due.splice(0, options.limit)
+    },
+    async record(attempts) {
+      // As long as a database round trip: attempts that finish meanwhile wait for the next batch.
+      await Bun.sleep(3)
+      recorded.push(attempts)
+    },
+  }
+  return { store, claims, recorded, due }
+}
+
+const until = async (condition: () => boolean) => {
+  for (let i = 0; i < 500 && !condition(); i++) await Bun.sleep(2)
+  expect(condition()).toBe(true)
+}
+
+describe('the dispatcher', () => {
+  test('never has more than `concurrency` sends in flight, and sends everything that is due', async () => {
+    const memory = memoryStore(Array.from({ length: 50 }, (_, i) => delivery(i)))
+    let inFlight = 0
+    let most = 0
+    const sent: string[] = []
+    const dispatcher = createDispatcher({
+      store: memory.store,
+      async send(item) {
+        inFlight++
+        most = Math.max(most, inFlight)
+        await Bun.sleep(1 + (Number(item.id.slice(4)) % 3))
+        inFlight--
+        sent.push(item.id)
+        return ok
+      },
+      schedule: [0],
+      concurrency: 8,
+      perHook: 2,
+      leaseMs: 60_000,
+      pollMs: 60_000,
+      onError: (message, error) => {
+        throw new Error(`${message}: ${error}`)
+      },
+    })
+    await until(() => sent.length === 50)
+    await dispatcher.stop()
+    expect(most).toBe(8)
+    expect(new Set(sent).size).toBe(50)
+    expect(memory.claims.every((claim) => claim.limit >= 1 && claim.limit <= 8 && claim.perHook === 2)).toBe(true)
+    // Attempts finishing together are recorded together.
+    expect(memory.recorded.flat().map((attempt) => attempt.deliveryId).sort()).toEqual(sent.slice().sort())
+    expect(memory.recorded.length).toBeLessThan(50)
+  })
+
+  test('each result is recorded with the decision of the retry policy', async () => {
+    const memory = memoryStore([{ ...delivery(1), attempts: 1 }])
+    const dispatcher = createDispatcher({
+      store: memory.store,
+      send: async () => ({ ok: false, status: 500, durationMs: 1, error: 'HTTP 500', responseSnippet: '', retryAfterSeconds: null }),
+      schedule: [0, 1_000, 60_000],
+      concurrency: 4,
+      perHook: 2,
+      leaseMs: 60_000,
+      pollMs: 60_000,
+      onError: () => {},
+    })
+    await until(() => memory.recorded.length === 1)
+    await dispatcher.stop()
+    const [attempt] = memory.recorded[0]!
+    expect(attempt!.decision.kind).toBe('retry')
+    // Second attempt made: the next delay is schedule[2] (60 s) ± 20 %.
+    expect((attempt!.decision as { delayMs: number }).delayMs).toBeGreaterThanOrEqual(48_000)
+  })
+
+  test('wake claims at once; stop waits for the sends in flight to be recorded', async () => {
+    const memory = memoryStore([])
+    let release: () => void = () => {}
+    const dispatcher = createDispatcher({
+      store: memory.store,
+      send: () => new Promise<AttemptResult>((resolve) => (release = () => resolve(ok))),
+      schedule: [0],
+      concurrency: 4,
+      perHook: 2,
+      leaseMs: 60_000,
+      pollMs: 60_000,
+      onError: () => {},
+    })
+    await until(() => memory.claims.length === 1)
+    memory.due.push(delivery(7))
+    dispatcher.wake()
+    await until(() => dispatcher.stats().inFlight === 1)
+    let stopped = false
+    const stopping = dispatcher.stop().then(() => (stopped = true))
+    await Bun.sleep(20)
+    expect(stopped).toBe(false)
+    release()
+    await stopping
+    expect(memory.recorded.flat().map((attempt) => attempt.deliveryId)).toEqual(['dlv_7'])
+  })
+
+  test('a store that fails is reported, and the dispatcher keeps going', async () => {
+    let failClaim = true
+    const errors: string[] = []
+    const memory = memoryStore([delivery(1)])
+    const dispatcher = createDispatcher({
+      store: {
+        claim: (options) => (failClaim ? Promise.reject(new Error('connection lost')) : memory.store.claim(options)),
+        record: memory.store.record,
+      },
+      send: async () => ok,
+      schedule: [0],
+      concurrency: 4,
+      perHook: 2,
+      leaseMs: 60_000,
+      pollMs: 60_000,
+      onError: (message) => errors.push(message),
+    })
+    await until(() => errors.length === 1)
+    failClaim = false
+    dispatcher.wake()
+    await until(() => memory.recorded.length === 1)
+    await dispatcher.stop()
+    expect(errors).toEqual(['claiming deliveries failed'])
+  })
+})

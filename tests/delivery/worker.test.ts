@@ -1,0 +1,231 @@
+import { describe, expect, setDefaultTimeout, test } from 'bun:test'
+import { eq } from 'drizzle-orm'
+import { Webhook } from 'standardwebhooks'
+import { startTestServer } from '../support/server.ts'
+import { startReceiver } from '../support/receiver.ts'
+import { deliveries, hooks } from '../../src/lib/db/schema.ts'
+import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS } from '../../src/delivery/store.ts'
+
+setDefaultTimeout(30_000)
+
+let downIsUp = false
+const receiver = startReceiver(async (request, nth) => {
+  switch (request.path) {
+    case '/flaky':
+      // A 500, then a timeout, then success: three attempts of one delivery.
+      if (nth === 1) return new Response('oops', { status: 500 })
+      if (nth === 2) await Bun.sleep(1_500)
+      return new Response('ok')
+    case '/gone':
+      return new Response('gone', { status: 410 })
+    case '/redirect':
+      return new Response(null, { status: 302, headers: { location: '/landing' } })
+    case '/slow':
+      await Bun.sleep(400)
+      return new Response('slowly')
+    case '/refuse':
+      return new Response('not now', { status: 503 })
+    case '/down':
+      return downIsUp ? new Response('back') : new Response('down', { status: 503 })
+    default:
+      return new Response('thanks')
+  }
+})
+
+// The worker as the Bun entry runs it, with a schedule short enough for a test.
+const server = await startTestServer({
+  env: {
+    WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true',
+    WEBHOOK_CA_FILE: receiver.caFile,
+    WEBHOOK_TIMEOUT_MS: '1000',
+    WEBHOOK_RETRY_SCHEDULE: '0,100ms,100ms,100ms,100ms,100ms,100ms,100ms,100ms',
+  },
+})
+
+async function subscribe(owner: { accountId: string; secret: string }, event: string, path: string) {
+  const response = await server.fetch(`/v0/account/${owner.accountId}/hooks?key=${owner.secret}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ event, target_url: `${receiver.origin}${path}` }),
+  })
+  expect(response.status).toBe(201)
+  return (await response.json()) as { id: string; secret: string }
+}
+
+async function inbound(owner: { accountId: string; secret: string }, body = 'hello') {
+  const response = await server.fetch(`/v0/account/${owner.accountId}/sandbox/inbound?key=${owner.secret}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ from: '+447700900300', body }),
+  })
+  expect(response.status).toBe(201)
+  return (await response.json()) as { id: string }
+}
+
+const onPath = (path: string) => receiver.received.filter((request) => request.path === path)
+const eventOf = (body: string) => JSON.parse(body) as { id: string; type: string; data: { message: { id: string } } }
+
+async function hookResource(owner: { accountId: string; secret: string }, hookId: string) {
+  return (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}?key=${owner.secret}`)).json()) as { status: string; disabled_reason?: string }
+}
+
+async function attemptLog(owner: { accountId: string; secret: string }, hookId: string) {
+  const page = (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}/deliveries?key=${owner.secret}`)).json()) as {
+    data: { event_id: string; status_code: number | null; error: string | null }[]
+  }
+  return page.data
+}
+
+describe('the delivery worker', () => {
+  test('every event type reaches its subscriber, signed so that standardwebhooks verifies it', async () => {
+    const owner = await server.createAccountWithKey()
+    const delivered = await subscribe(owner, 'message.delivered', '/all/delivered')
+    const failed = await subscribe(owner, 'message.failed', '/all/failed')
+    const replies = await subscribe(owner, 'message.inbound', '/all/inbound')
+    const send = (to: string) =>
+      server.fetch(`/v0/account/${owner.accountId}/messages?key=${owner.secret}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ to, body: 'hi' }),
+      })
+    const ok = (await (await send('+14155550123')).json()) as { id: string }
+    const bounced = (await (await send('+14155550000')).json()) as { id: string }
+    const reply = await inbound(owner)
+
+    await receiver.waitFor(() => ['/all/delivered', '/all/failed', '/all/inbound'].every((path) => onPath(path).length === 1))
+    const cases = [
+      { path: '/all/delivered', secret: delivered.secret, type: 'message.delivered', messageId: ok.id },
+      { path: '/all/failed', secret: failed.secret, type: 'message.failed', messageId: bounced.id },
+      { path: '/all/inbound', secret: replies.secret, type: 'message.inbound', messageId: reply.id },
+    ]
+    for (const { path, secret, type, messageId } of cases) {
+      const [request] = onPath(path)
+      const event = new Webhook(secret).verify(request!.body, request!.headers) as ReturnType<typeof eventOf>
+      expect([event.type, event.data.message.id]).toEqual([type, messageId])
+      expect(request!.headers['webhook-id']).toBe(event.id)
+      expect(request!.headers['content-type']).toBe('application/json')
+    }
+    // The same event is what GET /events shows.
+    const events = (await (await server.fetch(`/v0/account/${owner.accountId}/events?key=${owner.secret}`)).json()) as { data: { id: string }[] }
+    expect(events.data.map((event) => event.id).sort()).toEqual(cases.map(({ path }) => eventOf(onPath(path)[0]!.body).id).sort())
+  })
+
+  test('a 500 and a timeout are retried with the same webhook-id until a 2xx; the attempt log shows all three', async () => {
+    const owner = await server.createAccountWithKey()
+    const hook = await subscribe(owner, 'message.inbound', '/flaky')
+    await inbound(owner)
+    await receiver.waitFor(() => onPath('/flaky').length === 3)
+    const ids = new Set(onPath('/flaky').map((request) => request.headers['webhook-id']))
+    expect(ids.size).toBe(1)
+    let log: Awaited<ReturnType<typeof attemptLog>> = []
+    for (let tries = 0; tries < 100 && log.length < 3; tries++) {
+      log = await attemptLog(owner, hook.id)
+      await Bun.sleep(20)
+    }
+    expect(log.map((attempt) => attempt.status_code)).toEqual([200, null, 500])
+    expect(log[1]!.error).toBe('timed out after 1000 ms')
+    expect(new Set(log.map((attempt) => attempt.event_id))).toEqual(ids)
+  })
+
+  test('a 410 disables the subscription; later events are not sent to it', async () => {
+    const owner = await server.createAccountWithKey()
+    const hook = await subscribe(owner, 'message.inbound', '/gone')
+    await inbound(owner)
+    await receiver.waitFor(() => onPath('/gone').length === 1)
+    let resource = await hookResource(owner, hook.id)
+    for (let tries = 0; tries < 100 && resource.status !== 'disabled'; tries++) {
+      await Bun.sleep(20)
+      resource = await hookResource(owner, hook.id)
+    }
+    expect(resource).toMatchObject({ status: 'disabled', disabled_reason: 'The receiver answered 410 Gone.' })
+    await inbound(owner)
+    await Bun.sleep(1_500)
+    expect(onPath('/gone')).toHaveLength(1)
+  })
+
+  test('a redirect is not followed: the target it names never hears from the worker', async () => {
+    const owner = await server.createAccountWithKey()
+    const hook = await subscribe(owner, 'message.inbound', '/redirect')
+    await inbound(owner)
+    await receiver.waitFor(() => onPath('/redirect').length >= 2)
+    expect(onPath('/landing')).toHaveLength(0)
+    const log = await attemptLog(owner, hook.id)
+    expect(log.at(-1)).toMatchObject({ status_code: 302, error: 'redirect 302 not followed (to /landing)' })
+  })
+
+  test('a slow receiver holds at most two deliveries in flight and does not delay another subscription', async () => {
+    const slowOwner = await server.createAccountWithKey()
+    await subscribe(slowOwner, 'message.inbound', '/slow')
+    for (let i = 0; i < 10; i++) await inbound(slowOwner, `slow ${i}`)
+    await receiver.waitFor(() => onPath('/slow').length >= 1)
+
+    const quickOwner = await server.createAccountWithKey()
+    await subscribe(quickOwner, 'message.inbound', '/quick')
+    await inbound(quickOwner)
+    await receiver.waitFor(() => onPath('/quick').length === 1)
+    // Ten slow deliveries take five rounds of 400 ms; the quick one did not wait behind them.
+    expect(onPath('/slow').length).toBeLessThan(10)
+    await receiver.waitFor(() => onPath('/slow').length === 10)
+    expect(receiver.maxConcurrent('/slow')).toBe(2)
+  })
+
+  test("deleting a subscription cancels its pending deliveries: the receiver hears nothing more", async () => {
+    const owner = await server.createAccountWithKey()
+    const hook = await subscribe(owner, 'message.inbound', '/refuse')
+    for (let i = 0; i < 3; i++) await inbound(owner, `refused ${i}`)
+    await receiver.waitFor(() => onPath('/refuse').length >= 3)
+    const deleted = await server.fetch(`/v0/account/${owner.accountId}/hooks/${hook.id}?key=${owner.secret}`, { method: 'DELETE' })
+    expect(deleted.status).toBe(204)
+    expect(await server.database.handle.db.select().from(deliveries).where(eq(deliveries.hookId, hook.id))).toHaveLength(0)
+    // An attempt already in flight when the subscription went may still land; nothing after it.
+    await Bun.sleep(300)
+    const afterDelete = onPath('/refuse').length
+    await Bun.sleep(1_500)
+    expect(onPath('/refuse').length).toBe(afterDelete)
+  })
+
+  test('after a secret rotation each delivery carries two signatures: the old secret and the new one both verify', async () => {
+    const owner = await server.createAccountWithKey()
+    const hook = await subscribe(owner, 'message.inbound', '/rotated')
+    const rotated = await server.fetch(`/v0/account/${owner.accountId}/hooks/${hook.id}/secret/rotate?key=${owner.secret}`, { method: 'POST' })
+    expect(rotated.status).toBe(200)
+    const { secret: newSecret } = (await rotated.json()) as { secret: string }
+    await inbound(owner)
+    await receiver.waitFor(() => onPath('/rotated').length === 1)
+    const [request] = onPath('/rotated')
+    expect(request!.headers['webhook-signature']!.split(' ')).toHaveLength(2)
+    for (const secret of [hook.secret, newSecret]) expect(new Webhook(secret).verify(request!.body, request!.headers)).toBeTruthy()
+    expect(() => new Webhook(`whsec_${Buffer.from('someone else').toString('base64')}`).verify(request!.body, request!.headers)).toThrow()
+  })
+
+  test('five days of failures disable a subscription with its reason; re-enabling it sends what was still pending', async () => {
+    const owner = await server.createAccountWithKey()
+    const hook = await subscribe(owner, 'message.inbound', '/down')
+    await inbound(owner)
+    await receiver.waitFor(() => onPath('/down').length >= 1)
+    // Five days compressed: the failure clock is moved back, the next failure disables.
+    const db = server.database.handle.db
+    await db.update(hooks).set({ failingSince: new Date(Date.now() - CONTINUOUS_FAILURE_DISABLES_AFTER_MS - 60_000) }).where(eq(hooks.id, hook.id))
+    let resource = await hookResource(owner, hook.id)
+    for (let tries = 0; tries < 300 && resource.status !== 'disabled'; tries++) {
+      await Bun.sleep(20)
+      resource = await hookResource(owner, hook.id)
+    }
+    expect(resource).toMatchObject({ status: 'disabled', disabled_reason: 'Every delivery attempt failed for 5 days.' })
+    const [pending] = await db.select().from(deliveries).where(eq(deliveries.hookId, hook.id))
+    expect(pending!.status).toBe('pending')
+
+    downIsUp = true
+    const attemptsWhileDisabled = onPath('/down').length
+    const enabled = await server.fetch(`/v0/account/${owner.accountId}/hooks/${hook.id}/enable?key=${owner.secret}`, { method: 'POST' })
+    expect(((await enabled.json()) as { status: string }).status).toBe('active')
+    await receiver.waitFor(() => onPath('/down').length === attemptsWhileDisabled + 1)
+    // The attempt is recorded after the receiver answered.
+    let log = await attemptLog(owner, hook.id)
+    for (let tries = 0; tries < 100 && log[0]?.status_code !== 200; tries++) {
+      await Bun.sleep(20)
+      log = await attemptLog(owner, hook.id)
+    }
+    expect(log[0]!.status_code).toBe(200)
+  })
+})
