@@ -22,6 +22,8 @@ export interface WorkerSettings {
   perHook: number
   leaseMs: number
   pollMs: number
+  /** A debug line per claim: which process took how many (read by the two-process test). */
+  logClaims: boolean
 }
 
 export type ToWorker =
@@ -72,6 +74,7 @@ export function startDeliveryWorker(options: { config: Config; handle: DatabaseH
     perHook: IN_FLIGHT_PER_SUBSCRIPTION,
     leaseMs: leaseFor(config.webhookTimeoutMs),
     pollMs: POLL_MS,
+    logClaims: logger.isEnabled('debug'),
   }
   let stopping = false
   let stopped: (() => void) | null = null

@@ -64,7 +64,17 @@ function secretOpener(box: SecretBox) {
 async function start(settings: WorkerSettings) {
   const openSecret = secretOpener(await createSecretBox(settings.encryptionKey))
   const wake = () => dispatcher?.wake()
-  const store = settings.databaseUrl ? await postgresStore(settings.databaseUrl, wake) : proxiedStore()
+  const database = settings.databaseUrl ? await postgresStore(settings.databaseUrl, wake) : proxiedStore()
+  const store: DeliveryStore = settings.logClaims
+    ? {
+        async claim(options) {
+          const claimed = await database.claim(options)
+          if (claimed.length > 0) log('debug', 'claimed deliveries', { count: claimed.length })
+          return claimed
+        },
+        record: database.record,
+      }
+    : database
   const send = async (delivery: ClaimedDelivery): Promise<AttemptResult> => {
     let secrets: string[]
     try {

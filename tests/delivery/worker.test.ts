@@ -115,7 +115,7 @@ describe('the delivery worker', () => {
     const hook = await subscribe(owner, 'message.inbound', '/flaky')
     await inbound(owner)
     await receiver.waitFor(() => onPath('/flaky').length === 3)
-    const ids = new Set(onPath('/flaky').map((request) => request.headers['webhook-id']))
+    const ids = new Set(onPath('/flaky').map((request) => request.headers['webhook-id']!))
     expect(ids.size).toBe(1)
     let log: Awaited<ReturnType<typeof attemptLog>> = []
     for (let tries = 0; tries < 100 && log.length < 3; tries++) {
