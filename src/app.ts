@@ -23,6 +23,7 @@ import { hookRoutes } from './hooks/routes.ts'
 import { messageRoutes } from './messages/routes.ts'
 import type { Carrier } from './messages/carrier.ts'
 import { isForbiddenHost } from './delivery/ssrf.ts'
+import { mcpRoutes } from './mcp/routes.ts'
 
 export interface AppDeps {
   config: Config
@@ -73,6 +74,17 @@ export function createApp(deps: AppDeps) {
             secretBox: deps.secretBox,
             isForbiddenHost,
             allowPrivateTargets: deps.config.webhookAllowPrivateTargets,
+          }),
+        )
+        .use(
+          mcpRoutes({
+            ...auth,
+            db: deps.db,
+            secretBox: deps.secretBox,
+            isForbiddenHost,
+            allowPrivateTargets: deps.config.webhookAllowPrivateTargets,
+            publicUrl: deps.config.publicUrl,
+            allowedOrigins: deps.config.mcpAllowedOrigins,
           }),
         )
         .use(messageRoutes({ ...auth, db: deps.db, carrier: deps.carrier, logger: deps.logger, deliveriesQueued: deps.deliveriesQueued })))

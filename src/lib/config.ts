@@ -18,6 +18,7 @@ const EnvSchema = t.Object({
   WEBHOOK_RETRY_SCHEDULE: t.String({ pattern: '^\\s*\\d+(ms|s|m|h)?(\\s*,\\s*\\d+(ms|s|m|h)?)*\\s*$', default: '0,5s,5m,30m,2h,5h,10h,14h,20h,24h' }),
   WEBHOOK_CA_FILE: t.Optional(t.String({ minLength: 1 })),
   WEBHOOK_CONCURRENCY: t.Integer({ minimum: 1, maximum: 1024, default: 64 }),
+  MCP_ALLOWED_ORIGINS: t.Optional(t.String()),
 })
 
 export type LogLevel = (typeof LOG_LEVELS)[number]
@@ -48,6 +49,8 @@ export interface Config {
   webhookCaPem: string | undefined
   /** Deliveries in flight at once in this process. */
   webhookConcurrency: number
+  /** Browser origins allowed to call the MCP endpoint besides PUBLIC_URL's and loopback ones. */
+  mcpAllowedOrigins: string[]
 }
 
 export class ConfigError extends Error {}
@@ -82,7 +85,26 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     webhookRetrySchedule: parseDurations(parsed.WEBHOOK_RETRY_SCHEDULE),
     webhookCaPem: parsed.WEBHOOK_CA_FILE === undefined ? undefined : readCaFile(parsed.WEBHOOK_CA_FILE),
     webhookConcurrency: parsed.WEBHOOK_CONCURRENCY,
+    mcpAllowedOrigins: parseOrigins(parsed.MCP_ALLOWED_ORIGINS ?? ''),
   }
+}
+
+/** `https://a.example, http://localhost:6274` → their origins; anything that is not an origin is refused. */
+function parseOrigins(raw: string): string[] {
+  return raw
+    .split(',')
+    .map((part) => part.trim())
+    .filter((part) => part !== '')
+    .map((part) => {
+      let url: URL | undefined
+      try {
+        url = new URL(part)
+      } catch {}
+      if (!url || (url.protocol !== 'https:' && url.protocol !== 'http:') || url.origin !== part.replace(/\/$/, '')) {
+        throw new ConfigError(`MCP_ALLOWED_ORIGINS: ${JSON.stringify(part)} is not an origin (scheme://host[:port])`)
+      }
+      return url.origin
+    })
 }
 
 function readCaFile(path: string): string {

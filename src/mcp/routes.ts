@@ -1,0 +1,62 @@
+import { Elysia, t } from 'elysia'
+import { cors } from '../lib/cors.ts'
+import { ApiError } from '../lib/errors.ts'
+import { newId } from '../lib/ids.ts'
+import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
+import type { HookDeps } from '../hooks/service.ts'
+import { isAllowedOrigin } from './origin.ts'
+import { handleMcpPost } from './server.ts'
+
+export interface McpRouteDeps extends HookDeps, Omit<AuthPluginDeps, 'resourceMetadataUrl'> {
+  publicUrl: string
+  /** MCP_ALLOWED_ORIGINS: browser origins allowed besides PUBLIC_URL's and loopback ones. */
+  allowedOrigins: readonly string[]
+}
+
+/** RFC 9728 metadata of `{base_url}/mcp`, named in every 401 of this endpoint. */
+export const mcpResourceMetadataUrl = (publicUrl: string) => `${publicUrl}/.well-known/oauth-protected-resource/v0/mcp`
+
+/**
+ * `{base_url}/mcp`, Streamable HTTP (SPEC §9). Bearer tokens whose audience is the MCP endpoint
+ * only. The Origin check runs first: a page on another origin (DNS rebinding) gets 403 whatever
+ * it sends. POST carries JSON-RPC; GET and DELETE are 405 because the server is stateless: it
+ * sends nothing unprompted and has no session to end (docs/mcp.md).
+ */
+export function mcpRoutes(deps: McpRouteDeps) {
+  const auth = { scope: null, accepts: 'bearer' as const, audiences: [`${deps.baseUrl}/mcp`] }
+  const checkOrigin = ({ request }: { request: Request }) => {
+    const origin = request.headers.get('origin')
+    if (origin !== null && !isAllowedOrigin(origin, { publicUrl: deps.publicUrl, allowed: deps.allowedOrigins })) {
+      throw new ApiError(403, 'origin_not_allowed', `Requests from the origin ${origin.slice(0, 200)} are not accepted here (DNS rebinding protection).`)
+    }
+  }
+  const notAllowed = (method: string) => () => {
+    throw new ApiError(405, 'method_not_allowed', `${method} is not used: this MCP server is stateless (no server-initiated stream, no session). Send JSON-RPC with POST.`, {
+      headers: { allow: 'POST, OPTIONS' },
+    })
+  }
+  return new Elysia({ tags: ['MCP'] })
+    .use(cors({ '/mcp': ['POST', 'GET', 'DELETE'] }))
+    .use(authPlugin({ ...deps, resourceMetadataUrl: mcpResourceMetadataUrl(deps.publicUrl) }))
+    .post(
+      '/mcp',
+      async ({ caller, request, body }) => {
+        const requestId = newId('req')
+        const response = await handleMcpPost(deps, caller, request, body, requestId)
+        response.headers.set('x-request-id', requestId)
+        return response
+      },
+      {
+        transform: checkOrigin,
+        auth,
+        parse: 'json',
+        body: t.Unknown({ description: 'A JSON-RPC message or batch (MCP Streamable HTTP).' }),
+        detail: {
+          summary: 'MCP Streamable HTTP endpoint (JSON-RPC over POST; tools for webhook subscriptions)',
+          security: [{ bearer: ['hooks:read', 'hooks:write'] }],
+        },
+      },
+    )
+    .get('/mcp', notAllowed('GET'), { transform: checkOrigin, auth, detail: { summary: 'Not used: 405 (stateless server)', security: [{ bearer: [] }] } })
+    .delete('/mcp', notAllowed('DELETE'), { transform: checkOrigin, auth, detail: { summary: 'Not used: 405 (no sessions)', security: [{ bearer: [] }] } })
+}

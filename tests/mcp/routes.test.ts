@@ -1,0 +1,279 @@
+import { describe, expect, test } from 'bun:test'
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js'
+import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js'
+import { startTestServer, type TestServer } from '../support/server.ts'
+import { REDIRECT_URI, authorizeAndRedeem, flowFixture, postJson, signIn, type Fixture } from '../oauth/support.ts'
+
+const server = await startTestServer({ env: { MCP_ALLOWED_ORIGINS: 'https://agent.example' } })
+const mcpUrl = `${server.config.baseUrl}/mcp`
+
+/**
+ * The SDK's OAuth client, with the browser step played by the test: the consent page's
+ * `POST /v0/auth/authorize` with the signed-in user's id_token, as the page itself would send it.
+ */
+class TestOAuthProvider implements OAuthClientProvider {
+  client?: OAuthClientInformationMixed
+  saved?: OAuthTokens
+  verifier = ''
+  code?: string
+  authorizationUrl?: URL
+  constructor(
+    private readonly server: TestServer,
+    private readonly fixture: Fixture,
+  ) {}
+  get redirectUrl() {
+    return REDIRECT_URI
+  }
+  get clientMetadata(): OAuthClientMetadata {
+    return {
+      client_name: 'MCP SDK test client',
+      redirect_uris: [REDIRECT_URI],
+      grant_types: ['authorization_code', 'refresh_token'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'none',
+      scope: 'hooks:read hooks:write',
+    }
+  }
+  clientInformation() {
+    return this.client
+  }
+  saveClientInformation(client: OAuthClientInformationMixed) {
+    this.client = client
+  }
+  tokens() {
+    return this.saved
+  }
+  saveTokens(tokens: OAuthTokens) {
+    this.saved = tokens
+  }
+  saveCodeVerifier(verifier: string) {
+    this.verifier = verifier
+  }
+  codeVerifier() {
+    return this.verifier
+  }
+  async redirectToAuthorization(url: URL) {
+    this.authorizationUrl = url
+    const query = url.searchParams
+    const consent = await postJson(this.server, '/v0/auth/authorize', {
+      client_id: query.get('client_id'),
+      redirect_uri: query.get('redirect_uri'),
+      id_token: await signIn(this.server, this.fixture),
+      code_challenge: query.get('code_challenge'),
+      code_challenge_method: query.get('code_challenge_method'),
+      ...(query.get('state') ? { state: query.get('state') } : {}),
+      ...(query.get('scope') ? { scope: query.get('scope') } : {}),
+      ...(query.get('resource') ? { resource: query.get('resource') } : {}),
+    })
+    expect(consent.status).toBe(200)
+    this.code = ((await consent.json()) as { code: string }).code
+  }
+}
+
+/** A token as a client that asked for `scope` on `resource` would hold it. */
+async function tokenFor(fixture: Fixture, options: { scope?: string; resource?: string }) {
+  const { tokens } = await authorizeAndRedeem(server, fixture, { ...(options.scope ? { scope: options.scope } : {}), ...(options.resource ? { resource: options.resource } : {}) })
+  return tokens.access_token
+}
+
+async function connectWithToken(token: string) {
+  const client = new Client({ name: 'test', version: '1.0.0' })
+  await client.connect(new StreamableHTTPClientTransport(new URL(mcpUrl), { requestInit: { headers: { authorization: `Bearer ${token}` } } }))
+  return client
+}
+
+const rpc = (headers: Record<string, string>, body: unknown = { jsonrpc: '2.0', id: 1, method: 'ping' }) =>
+  fetch(mcpUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25', ...headers },
+    body: JSON.stringify(body),
+  })
+
+type ToolResult = { isError?: boolean; structuredContent?: any; content: { type: string; text: string }[] }
+const problemOf = (result: ToolResult) => JSON.parse(result.content[0]!.text) as { status: number; code: string; detail: string; errors?: { path: string; message: string }[] }
+
+describe('the SDK client with its OAuth provider, from nothing', () => {
+  test('401 → discovery → registration → PKCE → token → tools: create, list, delete a webhook; REST sees it', async () => {
+    const fixture = await flowFixture(server)
+    const provider = new TestOAuthProvider(server, fixture)
+
+    const first = new StreamableHTTPClientTransport(new URL(mcpUrl), { authProvider: provider })
+    await expect(new Client({ name: 'agent', version: '1.0.0' }).connect(first)).rejects.toBeInstanceOf(UnauthorizedError)
+    // The SDK registered itself and asked for this resource; the consent step produced a code.
+    expect(provider.client?.client_id).toMatch(/^cli_/)
+    expect(provider.authorizationUrl?.searchParams.get('resource')).toBe(mcpUrl)
+    expect(provider.authorizationUrl?.searchParams.get('code_challenge_method')).toBe('S256')
+    await first.finishAuth(provider.code!)
+    expect(provider.saved?.access_token).toBeString()
+
+    const client = new Client({ name: 'agent', version: '1.0.0' })
+    await client.connect(new StreamableHTTPClientTransport(new URL(mcpUrl), { authProvider: provider }))
+    const { tools } = await client.listTools()
+    expect(tools.map((tool) => tool.name).sort()).toEqual(['create_webhook', 'delete_webhook', 'get_webhook', 'list_deliveries', 'list_event_types', 'list_webhooks'])
+    for (const tool of tools) {
+      expect(tool.description!.length).toBeGreaterThan(40)
+      expect(tool.inputSchema.type).toBe('object')
+      expect(tool.outputSchema?.type).toBe('object')
+      expect(tool.annotations).toBeDefined()
+    }
+    expect(tools.find((tool) => tool.name === 'delete_webhook')!.annotations).toMatchObject({ destructiveHint: true, readOnlyHint: false })
+    expect(tools.find((tool) => tool.name === 'list_webhooks')!.annotations).toMatchObject({ readOnlyHint: true })
+
+    const created = (await client.callTool({ name: 'create_webhook', arguments: { event: 'message.inbound', target_url: 'https://hooks.example.com/mcp' } })) as ToolResult
+    expect(created.isError).toBeFalsy()
+    expect(created.structuredContent).toMatchObject({ account_id: fixture.accountId, event: 'message.inbound', status: 'active' })
+    expect(created.structuredContent.secret).toMatch(/^whsec_/)
+    const hookId = created.structuredContent.id as string
+
+    const rest = await server.fetch(`/v0/account/${fixture.accountId}/hooks/${hookId}?key=${fixture.apiKey}`)
+    expect(rest.status).toBe(200)
+    expect(((await rest.json()) as { target_url: string }).target_url).toBe('https://hooks.example.com/mcp')
+
+    const listed = (await client.callTool({ name: 'list_webhooks', arguments: {} })) as ToolResult
+    expect(listed.structuredContent.data.map((hook: { id: string }) => hook.id)).toEqual([hookId])
+    const got = (await client.callTool({ name: 'get_webhook', arguments: { hook_id: hookId } })) as ToolResult
+    expect(got.structuredContent.secret).toBeUndefined()
+    const deliveries = (await client.callTool({ name: 'list_deliveries', arguments: { hook_id: hookId } })) as ToolResult
+    expect(deliveries.structuredContent).toEqual({ data: [], next_cursor: null })
+    const types = (await client.callTool({ name: 'list_event_types', arguments: {} })) as ToolResult
+    expect(types.structuredContent.data.map((type: { type: string }) => type.type)).toEqual(['message.delivered', 'message.failed', 'message.inbound'])
+
+    const deleted = (await client.callTool({ name: 'delete_webhook', arguments: { hook_id: hookId } })) as ToolResult
+    expect(deleted.structuredContent).toEqual({ id: hookId, deleted: true })
+    expect((await server.fetch(`/v0/account/${fixture.accountId}/hooks/${hookId}?key=${fixture.apiKey}`)).status).toBe(404)
+    await client.close()
+  })
+})
+
+describe('tools: the same rules as REST', () => {
+  test('an http URL, a private address, an unknown event, a duplicate and another account’s hook are tool errors with the REST problem', async () => {
+    const fixture = await flowFixture(server)
+    const client = await connectWithToken(await tokenFor(fixture, {}))
+    const create = (args: Record<string, unknown>) => client.callTool({ name: 'create_webhook', arguments: args }) as Promise<ToolResult>
+
+    const http = await create({ event: 'message.inbound', target_url: 'http://hooks.example.com/' })
+    expect(http.isError).toBe(true)
+    expect(problemOf(http)).toMatchObject({ status: 422, code: 'validation_failed', errors: [{ path: '/target_url', message: 'must use https' }] })
+    const loopback = await create({ event: 'message.inbound', target_url: 'https://127.0.0.1/hook' })
+    expect(problemOf(loopback).errors).toEqual([{ path: '/target_url', message: 'must not point at a private, loopback or link-local address' }])
+    const unknownEvent = await create({ event: 'message.exploded', target_url: 'https://hooks.example.com/' })
+    expect(problemOf(unknownEvent)).toMatchObject({ status: 422, code: 'validation_failed' })
+    expect(problemOf(unknownEvent).errors![0]!.path).toBe('/event')
+    const extra = await create({ event: 'message.inbound', target_url: 'https://hooks.example.com/', secret: 'mine' })
+    expect(problemOf(extra).code).toBe('validation_failed')
+
+    expect((await create({ event: 'message.inbound', target_url: 'https://hooks.example.com/dup' })).isError).toBeFalsy()
+    expect(problemOf(await create({ event: 'message.inbound', target_url: 'https://hooks.example.com/dup' }))).toMatchObject({ status: 409, code: 'conflict' })
+
+    const other = await flowFixture(server)
+    const theirs = await postJson(server, `/v0/account/${other.accountId}/hooks?key=${other.apiKey}`, { event: 'message.inbound', target_url: 'https://theirs.example.com/' })
+    const theirId = ((await theirs.json()) as { id: string }).id
+    for (const name of ['get_webhook', 'delete_webhook', 'list_deliveries']) {
+      const result = (await client.callTool({ name, arguments: { hook_id: theirId } })) as ToolResult
+      expect(problemOf(result)).toMatchObject({ status: 404, code: 'not_found' })
+    }
+    expect((await server.fetch(`/v0/account/${other.accountId}/hooks/${theirId}?key=${other.apiKey}`)).status).toBe(200)
+    const wrongType = (await client.callTool({ name: 'get_webhook', arguments: { hook_id: 42 } })) as ToolResult
+    expect(problemOf(wrongType).code).toBe('validation_failed')
+    await expect(client.callTool({ name: 'drop_database', arguments: {} })).rejects.toThrow(/Unknown tool/)
+    await client.close()
+  })
+
+  test('a read-only token lists but cannot create: the error names hooks:write', async () => {
+    const fixture = await flowFixture(server)
+    const client = await connectWithToken(await tokenFor(fixture, { scope: 'hooks:read' }))
+    expect(((await client.callTool({ name: 'list_webhooks', arguments: {} })) as ToolResult).isError).toBeFalsy()
+    const refused = (await client.callTool({ name: 'create_webhook', arguments: { event: 'message.inbound', target_url: 'https://hooks.example.com/ro' } })) as ToolResult
+    expect(refused.isError).toBe(true)
+    expect(problemOf(refused)).toMatchObject({ status: 403, code: 'insufficient_scope' })
+    expect(problemOf(refused).detail).toContain('hooks:write')
+    expect(((await (await server.fetch(`/v0/account/${fixture.accountId}/hooks?key=${fixture.apiKey}`)).json()) as { data: unknown[] }).data).toHaveLength(0)
+    await client.close()
+  })
+})
+
+describe('the endpoint', () => {
+  test('no token: 401 naming the MCP protected-resource metadata by absolute URL; that document names this resource', async () => {
+    const response = await rpc({})
+    expect(response.status).toBe(401)
+    const challenge = response.headers.get('www-authenticate')!
+    const metadataUrl = /resource_metadata="([^"]+)"/.exec(challenge)![1]!
+    expect(metadataUrl).toBe(`${server.origin}/.well-known/oauth-protected-resource/v0/mcp`)
+    const metadata = (await (await fetch(metadataUrl)).json()) as { resource: string }
+    expect(metadata.resource).toBe(mcpUrl)
+  })
+
+  test('an API key is not accepted; a token narrowed to the REST API is refused with invalid_token', async () => {
+    const fixture = await flowFixture(server)
+    const byKey = await fetch(`${mcpUrl}?key=${fixture.apiKey}`, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: '{}' })
+    expect(byKey.status).toBe(401)
+    const restOnly = await tokenFor(fixture, { resource: server.config.baseUrl })
+    const refused = await rpc({ authorization: `Bearer ${restOnly}` })
+    expect(refused.status).toBe(401)
+    expect(refused.headers.get('www-authenticate')).toContain('error="invalid_token"')
+    // The same token works on the REST API it was made for.
+    expect((await server.fetch(`/v0/account/${fixture.accountId}/hooks`, { headers: { authorization: `Bearer ${restOnly}` } })).status).toBe(200)
+  })
+
+  test('an expired token gets 401 with error="invalid_token"', async () => {
+    const fixture = await flowFixture(server)
+    const token = await tokenFor(fixture, { resource: mcpUrl })
+    const claims = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as Record<string, unknown>
+    const shortLived = await server.service.signer.sign(
+      { client_id: claims.client_id, account_id: claims.account_id, scope: claims.scope, grant_id: claims.grant_id },
+      { typ: 'at+jwt', subject: claims.sub as string, audience: mcpUrl, expiresInSeconds: 1 },
+    )
+    expect((await rpc({ authorization: `Bearer ${shortLived}` })).status).toBe(200)
+    await Bun.sleep(2_100)
+    const expired = await rpc({ authorization: `Bearer ${shortLived}` })
+    expect(expired.status).toBe(401)
+    expect(expired.headers.get('www-authenticate')).toContain('error="invalid_token"')
+  })
+
+  test('Origin: another site is refused with 403 before anything else; loopback, PUBLIC_URL and listed origins pass', async () => {
+    const fixture = await flowFixture(server)
+    const token = await tokenFor(fixture, {})
+    const evil = await rpc({ authorization: `Bearer ${token}`, origin: 'http://evil.example.com' })
+    expect(evil.status).toBe(403)
+    expect(((await evil.json()) as { code: string }).code).toBe('origin_not_allowed')
+    expect((await rpc({ origin: 'http://evil.example.com' })).status).toBe(403)
+    for (const origin of ['http://localhost:6274', 'http://127.0.0.1:5173', server.origin, 'https://agent.example']) {
+      expect((await rpc({ authorization: `Bearer ${token}`, origin })).status).toBe(200)
+    }
+    expect((await rpc({ authorization: `Bearer ${token}`, origin: 'null' })).status).toBe(403)
+  })
+
+  test('CORS preflight is answered without a token; GET and DELETE are 405 (stateless)', async () => {
+    const preflight = await fetch(mcpUrl, { method: 'OPTIONS', headers: { origin: 'http://localhost:6274', 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type, mcp-protocol-version' } })
+    expect(preflight.status).toBe(204)
+    expect(preflight.headers.get('access-control-allow-headers')).toContain('Authorization')
+    expect(preflight.headers.get('access-control-expose-headers')).toContain('WWW-Authenticate')
+
+    const fixture = await flowFixture(server)
+    const token = await tokenFor(fixture, {})
+    for (const method of ['GET', 'DELETE']) {
+      const response = await fetch(mcpUrl, { method, headers: { authorization: `Bearer ${token}`, accept: 'text/event-stream' } })
+      expect(response.status).toBe(405)
+      expect(response.headers.get('allow')).toBe('POST, OPTIONS')
+    }
+    const unauthenticated = await fetch(mcpUrl, { method: 'GET' })
+    expect(unauthenticated.status).toBe(401)
+  })
+
+  test('malformed input is a 4xx, never a 5xx', async () => {
+    const fixture = await flowFixture(server)
+    const token = await tokenFor(fixture, {})
+    const auth = { authorization: `Bearer ${token}`, accept: 'application/json, text/event-stream' }
+    const notJson = await fetch(mcpUrl, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: '{not json' })
+    expect(notJson.status).toBe(400)
+    const wrongType = await fetch(mcpUrl, { method: 'POST', headers: { ...auth, 'content-type': 'text/plain' }, body: 'hello' })
+    expect(wrongType.status).toBe(415)
+    const notRpc = await rpc({ authorization: `Bearer ${token}` }, { hello: 'world' })
+    expect(notRpc.status).toBe(400)
+    const noAccept = await fetch(mcpUrl, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }) })
+    expect(noAccept.status).toBe(406)
+    expect(noAccept.headers.get('x-request-id')).toMatch(/^req_/)
+  })
+})
