@@ -16,6 +16,7 @@ import { prepareActiveKeyLookup } from './auth/api-keys.ts'
 import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/secret-box.ts'
 import { createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
 import { startDeliveryWorker } from './delivery/supervisor.ts'
+import { createCommitNotifier } from './delivery/commit-notifier.ts'
 
 export interface OpenedDatabase {
   handle: DatabaseHandle
@@ -102,6 +103,15 @@ export async function createService(options: {
     isCacheTrusted: feed.isFresh,
     cache: keyCache,
   })
+  // After a commit that queued deliveries: this process's worker at once, other processes' through NOTIFY.
+  const notifier =
+    handle.kind === 'postgres'
+      ? createCommitNotifier(handle.db, { intervalMs: 5, onError: (error) => logger.warn('NOTIFY of new deliveries failed', { error: String(error) }) })
+      : undefined
+  const deliveriesQueued = () => {
+    worker?.wake()
+    notifier?.committed()
+  }
   const app = createApp({
     config,
     db: handle.db,
@@ -113,11 +123,11 @@ export async function createService(options: {
     signer,
     secretBox,
     carrier: sandboxCarrier,
-    deliveriesQueued: () => worker?.wake(),
+    deliveriesQueued,
     syncCaches: feed.pollNow,
   })
   const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger }) : undefined
-  const caughtUp = await dispatchStaleQueuedMessages({ db: handle.db, carrier: sandboxCarrier, logger, deliveriesQueued: () => worker?.wake() })
+  const caughtUp = await dispatchStaleQueuedMessages({ db: handle.db, carrier: sandboxCarrier, logger, deliveriesQueued })
   if (caughtUp > 0) logger.info('dispatched messages left queued by a stopped process', { count: caughtUp })
   return {
     app,
@@ -127,6 +137,7 @@ export async function createService(options: {
     secretBox,
     async stop() {
       feed.stop()
+      notifier?.stop()
       await worker?.stop()
     },
   }

@@ -174,7 +174,12 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
         when not p.succeeded and h.failing_since < now() - make_interval(secs => ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 1000}) then ${failureReason}
         else h.disabled_reason end
     from per_hook p
-    where h.id = p.hook_id`)
+    where h.id = p.hook_id
+      -- Only rows that change: rewriting each subscription row for every batch would bloat hooks.
+      and ((p.succeeded and h.failing_since is not null)
+        or (not p.succeeded and h.failing_since is null)
+        or (h.status = 'active' and (p.disable_reason is not null
+          or (not p.succeeded and h.failing_since < now() - make_interval(secs => ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 1000})))))`)
 }
 
 export interface DeliveryAttemptResource {

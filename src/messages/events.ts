@@ -1,5 +1,4 @@
-import { and, eq, sql } from 'drizzle-orm'
-import { DELIVERIES_CHANNEL } from '../delivery/store.ts'
+import { and, eq } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import type { DatabaseTransaction } from '../lib/db/client.ts'
 import { deliveries, events, hooks } from '../lib/db/schema.ts'
@@ -13,7 +12,7 @@ export type EventPayload = Static<typeof EventSchema>
  * Stores an event and one pending delivery per active subscription of its type, inside the
  * caller's transaction: the change, the event and its deliveries commit together or not at
  * all, so a committed event is never without its deliveries. Subscriptions made later do not
- * see it.
+ * see it. The caller announces the commit (MessageDeps.deliveriesQueued).
  */
 export async function recordEvent(
   tx: DatabaseTransaction,
@@ -28,8 +27,6 @@ export async function recordEvent(
     .where(and(eq(hooks.accountId, input.accountId), eq(hooks.event, input.type), eq(hooks.status, 'active')))
   if (subscribers.length > 0) {
     await tx.insert(deliveries).values(subscribers.map((hook) => ({ id: newId('dlv'), eventId: id, hookId: hook.id })))
-    // Delivered at commit, to the delivery worker of every process on this database.
-    await tx.execute(sql`select pg_notify(${DELIVERIES_CHANNEL}, '')`)
   }
   return { event, deliveryCount: subscribers.length }
 }
