@@ -21,7 +21,6 @@ import { parseArgs } from 'node:util'
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { availableParallelism, cpus, loadavg, release, tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import postgres from 'postgres'
 import {
   BUN,
@@ -44,6 +43,7 @@ import {
   wrkVersion,
   type Server,
   type WrkResult,
+  benchOptions,
 } from './harness.ts'
 
 // ---------------------------------------------------------------------------------------------
@@ -63,21 +63,11 @@ const { values: opts } = parseArgs({
   },
 })
 
-if (opts.help) {
-  console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('*/')[0]!.replace(/^#!.*\n\/\*\*\n/, '').replace(/^ \* ?/gm, ''))
-  process.exit(0)
-}
-
-function usage(message: string): never {
-  console.error(`bench/account.ts: ${message} (--help for the options)`)
-  process.exit(2)
-}
-
-function integer(name: string, raw: string, min: number, max: number): number {
-  const n = Number(raw.replace(/s$/, ''))
-  if (!Number.isInteger(n) || n < min || n > max) usage(`--${name}: an integer from ${min} to ${max} (got ${raw})`)
-  return n
-}
+const cli = benchOptions(import.meta.url)
+const { integer, exitWithHelpIf } = cli
+// Typed here so that TypeScript knows a call to it ends the script.
+const usage: (message: string) => never = cli.usage
+exitWithHelpIf(opts.help)
 
 const DB = opts.db as 'postgres' | 'pglite'
 if (DB !== 'postgres' && DB !== 'pglite') usage(`--db: postgres or pglite (got ${opts.db})`)

@@ -4,7 +4,7 @@
  * the figures instead of silently skewing them.
  */
 import { closeSync, openSync, readFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { basename, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Subprocess } from 'bun'
 
@@ -312,4 +312,30 @@ export function printTable(rows: string[][], textColumns = 1): void {
     console.log(row.map((cell, i) => (i < textColumns ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  '))
     if (index === 0) console.log(widths.map((w) => '-'.repeat(w)).join('  '))
   })
+}
+
+/**
+ * Command-line helpers of a bench script: `--help` prints the script's opening comment, a bad
+ * option exits 2 with one line naming it.
+ */
+export function benchOptions(scriptUrl: string) {
+  const path = fileURLToPath(scriptUrl)
+  const usage = (message: string): never => {
+    console.error(`bench/${basename(path)}: ${message} (--help for the options)`)
+    process.exit(2)
+  }
+  return {
+    exitWithHelpIf(help: boolean) {
+      if (!help) return
+      console.log(readFileSync(path, 'utf8').split('*/')[0]!.replace(/^#!.*\n\/\*\*\n/, '').replace(/^ \* ?/gm, ''))
+      process.exit(0)
+    },
+    usage,
+    /** `--name`'s value as an integer within [min, max]; a trailing `s` (seconds) is allowed. */
+    integer(name: string, raw: string, min: number, max: number): number {
+      const n = Number(raw.replace(/s$/, ''))
+      if (!Number.isInteger(n) || n < min || n > max) usage(`--${name}: an integer from ${min} to ${max} (got ${raw})`)
+      return n
+    },
+  }
 }

@@ -50,7 +50,6 @@ import { randomBytes } from 'node:crypto'
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { cpus, loadavg, release, tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import postgres from 'postgres'
 import { makeCertificates } from '../tests/support/tls.ts'
 import { postgresDatabase } from '../src/lib/db/client.ts'
@@ -75,6 +74,7 @@ import {
   startServer,
   systemBusySeconds,
   type Server,
+  benchOptions,
 } from './harness.ts'
 
 // ---------------------------------------------------------------------------------------------
@@ -96,21 +96,11 @@ const { values: opts } = parseArgs({
   },
 })
 
-if (opts.help) {
-  console.log(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('*/')[0]!.replace(/^#!.*\n\/\*\*\n/, '').replace(/^ \* ?/gm, ''))
-  process.exit(0)
-}
-
-function usage(message: string): never {
-  console.error(`bench/webhooks.ts: ${message} (--help for the options)`)
-  process.exit(2)
-}
-
-function integer(name: string, raw: string, min: number, max: number): number {
-  const n = Number(raw.replace(/s$/, ''))
-  if (!Number.isInteger(n) || n < min || n > max) usage(`--${name}: an integer from ${min} to ${max} (got ${raw})`)
-  return n
-}
+const cli = benchOptions(import.meta.url)
+const { integer, exitWithHelpIf } = cli
+// Typed here so that TypeScript knows a call to it ends the script.
+const usage: (message: string) => never = cli.usage
+exitWithHelpIf(opts.help)
 
 const RAW_SECONDS = integer('raw-seconds', opts['raw-seconds'], 1, 30)
 const MESSAGES = integer('messages', opts.messages, 100, 100_000)
