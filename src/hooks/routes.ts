@@ -6,7 +6,7 @@ import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
 import type { Caller } from '../auth/authenticator.ts'
 import { AccountParams, CreateHookBody, CreatedHookSchema, DeliveryAttemptSchema, HookParams, HookSchema, RotatedHookSchema } from './schemas.ts'
 import { listDeliveryAttempts } from '../delivery/store.ts'
-import { createHook, deleteHook, enableHook, findHook, listHooks, rotateHookSecret, toHookResource, type HookDeps } from './service.ts'
+import { createHook, deleteHook, enableHook, getHook, listHooks, rotateHookSecret, toHookResource, type HookDeps } from './service.ts'
 
 /** A path naming another account than the caller's reads as missing (SPEC §7: 404). */
 function ownAccount(caller: Caller, accountId: string): string {
@@ -56,9 +56,7 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
     .get(
       '/account/:account_id/hooks/:hook_id',
       async ({ caller, params }) => {
-        const hook = await findHook(deps.db, ownAccount(caller, params.account_id), params.hook_id)
-        if (!hook) throw notFound('No such subscription.')
-        return toHookResource(hook)
+        return toHookResource(await getHook(deps.db, ownAccount(caller, params.account_id), params.hook_id))
       },
       {
         auth: { scope: 'hooks:read' },
@@ -70,8 +68,7 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
     .get(
       '/account/:account_id/hooks/:hook_id/deliveries',
       async ({ caller, params, query }) => {
-        const hook = await findHook(deps.db, ownAccount(caller, params.account_id), params.hook_id)
-        if (!hook) throw notFound('No such subscription.')
+        const hook = await getHook(deps.db, ownAccount(caller, params.account_id), params.hook_id)
         return listDeliveryAttempts(deps.db, hook.id, query)
       },
       {
@@ -93,9 +90,7 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
           deps,
           { accountId, key: request.headers.get('idempotency-key'), request: `POST ${accountId} hooks/${params.hook_id}/secret/rotate` },
           async () => {
-            const rotated = await rotateHookSecret(deps, accountId, params.hook_id)
-            if (!rotated) throw notFound('No such subscription.')
-            const { hook, secret } = rotated
+            const { hook, secret } = await rotateHookSecret(deps, accountId, params.hook_id)
             return { status: 200, body: { ...toHookResource(hook), secret, previous_secret_expires_at: hook.previousSecretExpiresAt!.toISOString() } }
           },
         )
@@ -117,7 +112,6 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
       '/account/:account_id/hooks/:hook_id/enable',
       async ({ caller, params }) => {
         const hook = await enableHook(deps.db, ownAccount(caller, params.account_id), params.hook_id)
-        if (!hook) throw notFound('No such subscription.')
         return toHookResource(hook)
       },
       {
@@ -130,7 +124,7 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
     .delete(
       '/account/:account_id/hooks/:hook_id',
       async ({ caller, params, set }) => {
-        if (!(await deleteHook(deps.db, ownAccount(caller, params.account_id), params.hook_id))) throw notFound('No such subscription.')
+        await deleteHook(deps.db, ownAccount(caller, params.account_id), params.hook_id)
         set.status = 204
       },
       {

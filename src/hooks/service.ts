@@ -3,7 +3,7 @@ import { and, desc, eq, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import { hooks } from '../lib/db/schema.ts'
-import { ApiError, validationFailed } from '../lib/errors.ts'
+import { ApiError, notFound, validationFailed } from '../lib/errors.ts'
 import { isUniqueViolation } from '../lib/db/errors.ts'
 import { isId, newId } from '../lib/ids.ts'
 import { decodeCursor, toPage, type Page } from '../lib/pagination.ts'
@@ -91,17 +91,23 @@ export async function listHooks(db: Database, accountId: string, page: { limit?:
   return toPage(rows, limit, toHookResource)
 }
 
-/** Another account's hook reads as missing: ids of other accounts are not confirmed to exist. */
-export async function findHook(db: Database, accountId: string, hookId: string): Promise<Hook | null> {
-  if (!isId('hook', hookId)) return null
+/**
+ * The one answer for a subscription that is not the caller's, REST and MCP alike. Another
+ * account's hook reads as missing: ids of other accounts are not confirmed to exist.
+ */
+const noSuchHook = (hookId: string) => notFound(`No subscription ${hookId} on this account.`)
+
+export async function getHook(db: Database, accountId: string, hookId: string): Promise<Hook> {
+  if (!isId('hook', hookId)) throw noSuchHook(hookId)
   const [hook] = await db.select().from(hooks).where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
-  return hook ?? null
+  if (!hook) throw noSuchHook(hookId)
+  return hook
 }
 
-export async function deleteHook(db: Database, accountId: string, hookId: string): Promise<boolean> {
-  if (!isId('hook', hookId)) return false
+export async function deleteHook(db: Database, accountId: string, hookId: string): Promise<void> {
+  if (!isId('hook', hookId)) throw noSuchHook(hookId)
   const deleted = await db.delete(hooks).where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId))).returning({ id: hooks.id })
-  return deleted.length > 0
+  if (deleted.length === 0) throw noSuchHook(hookId)
 }
 
 /** How long deliveries keep being signed with the secret a rotation replaced. */
@@ -111,11 +117,10 @@ export const PREVIOUS_SECRET_HOURS = 24
  * A new signing secret becomes the current one; the one it replaces stays valid (deliveries are
  * signed with both) for 24 h. Only two secrets exist at a time: rotating again within the 24 h
  * drops the older previous secret and keeps the then-current one as the previous. One UPDATE,
- * so concurrent rotations cannot lose a secret between reading and writing it. Null: no such
- * hook on this account.
+ * so concurrent rotations cannot lose a secret between reading and writing it.
  */
-export async function rotateHookSecret(deps: Pick<HookDeps, 'db' | 'secretBox'>, accountId: string, hookId: string): Promise<{ hook: Hook; secret: string } | null> {
-  if (!isId('hook', hookId)) return null
+export async function rotateHookSecret(deps: Pick<HookDeps, 'db' | 'secretBox'>, accountId: string, hookId: string): Promise<{ hook: Hook; secret: string }> {
+  if (!isId('hook', hookId)) throw noSuchHook(hookId)
   const secret = newSigningSecret()
   const [hook] = await deps.db
     .update(hooks)
@@ -127,18 +132,18 @@ export async function rotateHookSecret(deps: Pick<HookDeps, 'db' | 'secretBox'>,
     })
     .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
     .returning()
-  return hook ? { hook, secret } : null
+  if (!hook) throw noSuchHook(hookId)
+  return { hook, secret }
 }
 
 /**
  * Makes a disabled hook active again and restarts its failure clock. Enabling an active hook
  * changes nothing, its failure clock included (calling enable must not put off the 5-day
  * disable of a hook that keeps failing). The worker claims only active hooks' deliveries, so
- * the ones left pending while the hook was disabled go out again from now on. Null: no such
- * hook on this account.
+ * the ones left pending while the hook was disabled go out again from now on.
  */
-export async function enableHook(db: Database, accountId: string, hookId: string): Promise<Hook | null> {
-  if (!isId('hook', hookId)) return null
+export async function enableHook(db: Database, accountId: string, hookId: string): Promise<Hook> {
+  if (!isId('hook', hookId)) throw noSuchHook(hookId)
   const [hook] = await db
     .update(hooks)
     .set({
@@ -149,5 +154,6 @@ export async function enableHook(db: Database, accountId: string, hookId: string
     })
     .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
     .returning()
-  return hook ?? null
+  if (!hook) throw noSuchHook(hookId)
+  return hook
 }

@@ -4,11 +4,11 @@ import { Value } from '@sinclair/typebox/value'
 import type { Tool } from '@modelcontextprotocol/sdk/types.js'
 import type { Caller } from '../auth/authenticator.ts'
 import type { Scope } from '../auth/scopes.ts'
-import { ApiError, notFound, validationFailed } from '../lib/errors.ts'
+import { ApiError, validationFailed } from '../lib/errors.ts'
 import { pageOf } from '../lib/pagination.ts'
 import { EVENT_DESCRIPTIONS, EVENT_TYPES } from '../hooks/events.ts'
 import { CreateHookBody, CreatedHookSchema, DeliveryAttemptSchema, HookSchema } from '../hooks/schemas.ts'
-import { createHook, deleteHook, findHook, listHooks, toHookResource, type HookDeps } from '../hooks/service.ts'
+import { createHook, deleteHook, getHook, listHooks, toHookResource, type HookDeps } from '../hooks/service.ts'
 import { listDeliveryAttempts } from '../delivery/store.ts'
 
 const HookId = t.String({ minLength: 1, maxLength: 64, description: 'A subscription id, hook_… (from list_webhooks or create_webhook).' })
@@ -39,12 +39,6 @@ interface ToolDefinition<Input extends TSchema> {
 // Each tool is a thin call into the same service functions the REST routes use.
 const define = <Input extends TSchema>(tool: ToolDefinition<Input>) => tool as unknown as ToolDefinition<TSchema>
 
-async function ownHook(deps: HookDeps, caller: Caller, hookId: string) {
-  const hook = await findHook(deps.db, caller.accountId, hookId)
-  if (!hook) throw notFound(`No subscription ${hookId} on this account.`)
-  return hook
-}
-
 export const TOOLS = [
   define({
     name: 'list_webhooks',
@@ -65,7 +59,7 @@ export const TOOLS = [
     input: HookIdInput,
     output: HookSchema,
     annotations: { readOnlyHint: true, openWorldHint: false },
-    run: async (deps, caller, input) => toHookResource(await ownHook(deps, caller, input.hook_id)),
+    run: async (deps, caller, input) => toHookResource(await getHook(deps.db, caller.accountId, input.hook_id)),
   }),
   define({
     name: 'create_webhook',
@@ -89,7 +83,7 @@ export const TOOLS = [
     output: DeletedOutput,
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
     run: async (deps, caller, input) => {
-      if (!(await deleteHook(deps.db, caller.accountId, input.hook_id))) throw notFound(`No subscription ${input.hook_id} on this account.`)
+      await deleteHook(deps.db, caller.accountId, input.hook_id)
       return { id: input.hook_id, deleted: true }
     },
   }),
@@ -113,7 +107,7 @@ export const TOOLS = [
     output: pageOf(DeliveryAttemptSchema),
     annotations: { readOnlyHint: true, openWorldHint: false },
     run: async (deps, caller, input) => {
-      const hook = await ownHook(deps, caller, input.hook_id)
+      const hook = await getHook(deps.db, caller.accountId, input.hook_id)
       return listDeliveryAttempts(deps.db, hook.id, input)
     },
   }),
