@@ -1,4 +1,7 @@
 import { describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { ConfigError, loadConfig } from '../../src/lib/config.ts'
 
 describe('loadConfig', () => {
@@ -39,6 +42,18 @@ describe('loadConfig', () => {
     expect(loadConfig({ WEBHOOK_RETRY_SCHEDULE: '0, 200ms,1,2m ,1h' }).webhookRetrySchedule).toEqual([0, 200, 1_000, 120_000, 3_600_000])
   })
 
+  test('WEBHOOK_CA_FILE is read at load; MCP_ALLOWED_ORIGINS is a list of origins', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'config-ca-'))
+    try {
+      const pem = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n'
+      writeFileSync(join(dir, 'ca.pem'), pem)
+      expect(loadConfig({ WEBHOOK_CA_FILE: join(dir, 'ca.pem') }).webhookCaPem).toBe(pem)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+    expect(loadConfig({ MCP_ALLOWED_ORIGINS: ' https://agent.example/ , http://localhost:6274,,' }).mcpAllowedOrigins).toEqual(['https://agent.example', 'http://localhost:6274'])
+  })
+
   test('empty values count as unset', () => {
     expect(loadConfig({ DATABASE_URL: '', PORT: '' }).databaseUrl).toBeUndefined()
   })
@@ -58,6 +73,14 @@ describe('loadConfig', () => {
     [{ PUBLIC_URL: 'ftp://example.com' }, 'PUBLIC_URL'],
     [{ PUBLIC_URL: 'https://example.com/?x=1' }, 'PUBLIC_URL'],
     [{ PUBLIC_URL: 'https://user:pw@example.com' }, 'PUBLIC_URL'],
+    [{ WEBHOOK_CONCURRENCY: '0' }, 'WEBHOOK_CONCURRENCY'],
+    [{ WEBHOOK_CONCURRENCY: '5000' }, 'WEBHOOK_CONCURRENCY'],
+    [{ WEBHOOK_CA_FILE: '/nonexistent/ca.pem' }, 'WEBHOOK_CA_FILE'],
+    [{ WEBHOOK_CA_FILE: join(import.meta.dir, '../../package.json') }, 'WEBHOOK_CA_FILE'],
+    [{ MCP_ALLOWED_ORIGINS: 'https://agent.example/path' }, 'MCP_ALLOWED_ORIGINS'],
+    [{ MCP_ALLOWED_ORIGINS: 'agent.example' }, 'MCP_ALLOWED_ORIGINS'],
+    [{ MCP_ALLOWED_ORIGINS: 'ftp://agent.example' }, 'MCP_ALLOWED_ORIGINS'],
+    [{ MCP_ALLOWED_ORIGINS: 'https://ok.example, *' }, 'MCP_ALLOWED_ORIGINS'],
   ]
   for (const [env, variable] of bad) {
     test(`${JSON.stringify(env)} is refused with a message naming ${variable}`, () => {
