@@ -22,4 +22,4 @@ EXPOSE 3000
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
   CMD ["bun", "-e", "const r = await fetch(`http://127.0.0.1:${process.env.PORT}/healthz`).catch(() => null); process.exit(r?.ok ? 0 : 1)"]
-CMD ["bun", "src/server.ts"]
+CMD ["bun", "src/main.ts"]

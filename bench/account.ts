@@ -1,6 +1,6 @@
 #!/usr/bin/env bun
 /**
- * Throughput of `GET /v0/account?key=<API key>` on our real server (`bun src/server.ts`) against a
+ * Throughput of `GET /v0/account?key=<API key>` on our real server (`bun src/main.ts`) against a
  * bare `Bun.serve` hello-world (bench/bare-server.ts), measured in one run, with wrk, on loopback.
  *
  *   bun bench/account.ts                 # PostgreSQL on 127.0.0.1:5432 (a fresh database, dropped at the end)
@@ -248,7 +248,7 @@ async function main(): Promise<number> {
       const port = freePort()
       const env = childEnv({ ...database.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: logLevel })
       const name = `server-${logLevel}-r${round}`
-      const server = await startServer(name, [BUN, 'src/server.ts'], env, port, '/healthz', workDir)
+      const server = await startServer(name, [BUN, 'src/main.ts'], env, port, '/healthz', workDir)
       try {
         if (secret === undefined) {
           // With PGlite the CLI hands the command to the running server over its unix socket.

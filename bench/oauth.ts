@@ -1,6 +1,6 @@
 #!/usr/bin/env bun
 /**
- * OAuth on our real server (`bun src/server.ts`), measured in one run on loopback:
+ * OAuth on our real server (`bun src/main.ts`), measured in one run on loopback:
  *   - `GET /v0/account` and `GET /v0/auth/session` with `Authorization: Bearer <access token>`
  *     (wrk -H), against a bare `Bun.serve` hello-world (bench/bare-server.ts);
  *   - the refresh grant: N workers (bench/refresh-load.ts, a separate process), each with its own
@@ -493,7 +493,7 @@ async function main(): Promise<number> {
       const base = `http://127.0.0.1:${port}/v0`
       const env = childEnv({ ...database.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: logLevel, ENCRYPTION_KEY: encryptionKey })
       const name = `server-${logLevel}-r${round}`
-      const server = await startServer(name, [BUN, 'src/server.ts'], env, port, '/healthz', workDir)
+      const server = await startServer(name, [BUN, 'src/main.ts'], env, port, '/healthz', workDir)
       try {
         if (!demo) {
           // With PGlite the CLI hands the command to the running server over its socket in DATA_DIR.

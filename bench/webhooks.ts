@@ -1,7 +1,7 @@
 #!/usr/bin/env bun
 /**
  * Webhook delivery on PostgreSQL, end to end: messages sent through the real API
- * (`bun src/server.ts`), their `message.delivered` events delivered by the server's delivery
+ * (`bun src/main.ts`), their `message.delivered` events delivered by the server's delivery
  * worker thread to a local HTTPS receiver (bench/webhook-receiver.ts, its own process), against
  * the raw ceiling of Bun `fetch` POSTing to that same receiver.
  *
@@ -753,7 +753,7 @@ async function main(): Promise<number> {
   const port = freePort()
   const server: Server = await startServer(
     'server',
-    [BUN, 'src/server.ts'],
+    [BUN, 'src/main.ts'],
     childEnv({
       DATABASE_URL: dbUrl.href,
       PORT: String(port),
@@ -769,7 +769,7 @@ async function main(): Promise<number> {
   )
   serverPid = server.proc.pid
   apiOrigin = `http://127.0.0.1:${port}`
-  log(`server: bun src/server.ts on ${apiOrigin}, LOG_LEVEL=warn, WEBHOOK_CONCURRENCY default (64)`)
+  log(`server: bun src/main.ts on ${apiOrigin}, LOG_LEVEL=warn, WEBHOOK_CONCURRENCY default (64)`)
 
   const pg = postgres(dbUrl.href, { max: 1, onnotice: () => {}, connect_timeout: 5, connection: { application_name: 'bench' } })
   onCleanup(() => pg.end({ timeout: 5 }))

@@ -1,5 +1,4 @@
-import { loadConfigOrExit, exitWith } from './boot.ts'
-import { openConfiguredDatabase } from './service.ts'
+import { exitWith, loadConfigOrExit, openConfiguredDatabase } from './instance.ts'
 import { lockOwner } from './lib/db/data-dir-lock.ts'
 import { runCommand, type CommandResult } from './cli/commands.ts'
 import { cliSocketPath, type ForwardedCommand } from './cli/socket.ts'

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { ROOT, freshDataDir, runCli, startServerProcess } from './support/process.ts'
 import { createTestDatabase } from './support/database.ts'
 
-// The real entry point, src/server.ts, as an operator runs it: on PGlite in a fresh DATA_DIR,
+// The real entry point, src/main.ts, as an operator runs it: on PGlite in a fresh DATA_DIR,
 // and on PostgreSQL when the suite runs against it.
 // Each test starts real processes (PGlite alone takes seconds to open).
 setDefaultTimeout(60_000)
@@ -15,9 +15,9 @@ const dataDir = freshDataDir()
 const env: Record<string, string> = database.url ? { DATABASE_URL: database.url, DATA_DIR: dataDir } : { DATA_DIR: dataDir }
 if (database.url) await database.handle.close()
 
-describe('bun src/server.ts', () => {
+describe('bun src/main.ts', () => {
   test('first run: hints at the demo command; the CLI then gives a working key; SIGTERM stops cleanly', async () => {
-    const server = await startServerProcess(['bun', 'src/server.ts'], env)
+    const server = await startServerProcess(['bun', 'src/main.ts'], env)
     try {
       // The startup lines are flushed together, possibly after /healthz first answers.
       await server.waitForOutput('"msg":"listening"')
@@ -49,7 +49,7 @@ describe('bun src/server.ts', () => {
   })
 
   test('a restart keeps the data and does not hint again', async () => {
-    const server = await startServerProcess(['bun', 'src/server.ts'], env)
+    const server = await startServerProcess(['bun', 'src/main.ts'], env)
     try {
       await server.waitForOutput('"msg":"listening"')
       expect(server.output()).not.toContain('bun run cli demo')
@@ -59,9 +59,9 @@ describe('bun src/server.ts', () => {
   })
 
   test.if(!database.url)('a second process on the same DATA_DIR refuses to start, naming the holder', async () => {
-    const server = await startServerProcess(['bun', 'src/server.ts'], env)
+    const server = await startServerProcess(['bun', 'src/main.ts'], env)
     try {
-      const second = Bun.spawnSync(['bun', 'src/server.ts'], { cwd: ROOT, env: { ...process.env, ...env, PORT: '0' } })
+      const second = Bun.spawnSync(['bun', 'src/main.ts'], { cwd: ROOT, env: { ...process.env, ...env, PORT: '0' } })
       expect(second.exitCode).toBe(1)
       const message = second.stderr.toString().trim()
       expect(message).toContain(`in use by process ${server.process.pid}`)
@@ -73,7 +73,7 @@ describe('bun src/server.ts', () => {
 
   test('bad configuration stops the process with one line naming the variable', () => {
     for (const [variable, value] of [['PORT', 'http'], ['LOG_LEVEL', 'loud'], ['PUBLIC_URL', 'localhost:3000']] as const) {
-      const result = Bun.spawnSync(['bun', 'src/server.ts'], { cwd: ROOT, env: { ...process.env, ...env, [variable]: value } })
+      const result = Bun.spawnSync(['bun', 'src/main.ts'], { cwd: ROOT, env: { ...process.env, ...env, [variable]: value } })
       expect(result.exitCode).toBe(1)
       const lines = result.stderr.toString().trim().split('\n')
       expect(lines).toHaveLength(1)
@@ -82,7 +82,7 @@ describe('bun src/server.ts', () => {
   })
 
   test.if(!!database.url)('an unreachable DATABASE_URL stops the process with one line', () => {
-    const result = Bun.spawnSync(['bun', 'src/server.ts'], {
+    const result = Bun.spawnSync(['bun', 'src/main.ts'], {
       cwd: ROOT,
       env: { ...process.env, DATABASE_URL: 'postgres://postgres@127.0.0.1:1/nowhere' },
     })

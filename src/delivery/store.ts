@@ -34,7 +34,7 @@ export interface RecordedAttempt {
   decision: DeliveryDecision
 }
 
-/** NOTIFY channel: committed deliveries, announced by every process that writes them (src/messages/events.ts). */
+/** NOTIFY channel: committed deliveries, announced by every process that writes them (src/delivery/outbox.ts). */
 export const DELIVERIES_CHANNEL = 'deliveries_due'
 
 /** Five days of nothing but failures disable a subscription (SPEC §7); one success resets the clock. */

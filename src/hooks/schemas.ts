@@ -1,5 +1,5 @@
 import { t } from 'elysia'
-import { EVENT_TYPES } from './events.ts'
+import { EVENT_TYPES } from './event-types.ts'
 
 export const HookSchema = t.Object(
   {

@@ -8,7 +8,7 @@ import { isUniqueViolation } from '../lib/db/errors.ts'
 import { isId, newId } from '../lib/ids.ts'
 import { decodeCursor, toPage, type Page } from '../lib/pagination.ts'
 import type { SecretBox } from '../lib/secret-box.ts'
-import type { EventType } from './events.ts'
+import type { EventType } from './event-types.ts'
 import type { HookSchema } from './schemas.ts'
 
 export type Hook = typeof hooks.$inferSelect

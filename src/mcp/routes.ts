@@ -5,7 +5,7 @@ import { newId } from '../lib/ids.ts'
 import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
 import type { HookDeps } from '../hooks/service.ts'
 import { isAllowedOrigin } from './origin.ts'
-import { handleMcpPost } from './server.ts'
+import { handleMcpPost } from './sdk-server.ts'
 
 export interface McpRouteDeps extends HookDeps, Omit<AuthPluginDeps, 'resourceMetadataUrl'> {
   publicUrl: string

@@ -1,5 +1,5 @@
 import { t } from 'elysia'
-import { EVENT_TYPES } from '../hooks/events.ts'
+import { EVENT_TYPES } from '../hooks/event-types.ts'
 
 // E.164: a plus sign and up to 15 digits.
 const PhoneNumber = t.String({ pattern: '^\\+[1-9][0-9]{6,14}$', description: 'An E.164 number, e.g. +14155550123.' })

@@ -5,9 +5,9 @@ import { events, messages } from '../lib/db/schema.ts'
 import { isId, newId } from '../lib/ids.ts'
 import type { Logger } from '../lib/logger.ts'
 import { decodeCursor, toPage, type Page } from '../lib/pagination.ts'
-import type { EventType } from '../hooks/events.ts'
+import type { EventType } from '../hooks/event-types.ts'
 import type { Carrier } from './carrier.ts'
-import { recordEvent, type EventPayload } from './events.ts'
+import { recordEvent, type EventPayload } from '../delivery/outbox.ts'
 import type { MessageSchema } from './schemas.ts'
 
 export type Message = typeof messages.$inferSelect

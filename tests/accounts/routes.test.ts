@@ -76,7 +76,7 @@ describe('GET /v0/account', () => {
     const carol = await server.createAccountWithKey('Carol')
     expect((await server.fetch(`/v0/account?key=${carol.secret}`)).status).toBe(200)
     expect(await revokeApiKey(server.database.handle.db, carol.keyId)).toBe(true)
-    await server.service.syncCaches()
+    await server.instance.syncCaches()
     await expectProblem(await server.fetch(`/v0/account?key=${carol.secret}`), 401, 'unauthorized')
     expect(await revokeApiKey(server.database.handle.db, carol.keyId)).toBe(false)
   })

@@ -64,7 +64,7 @@ test.if(!database.url)('without ENCRYPTION_KEY the server creates a 0600 key fil
     return decodeProtectedHeader(((await response.json()) as { id_token: string }).id_token).kid
   }
 
-  const first = await startServerProcess(['bun', 'src/server.ts'], env)
+  const first = await startServerProcess(['bun', 'src/main.ts'], env)
   let user: { email: string; password: string }
   let rotated: { kid: string; retired_kid: string }
   try {
@@ -81,7 +81,7 @@ test.if(!database.url)('without ENCRYPTION_KEY the server creates a 0600 key fil
     expect(await first.stop()).toBe(0)
   }
 
-  const second = await startServerProcess(['bun', 'src/server.ts'], env)
+  const second = await startServerProcess(['bun', 'src/main.ts'], env)
   try {
     expect(await signInKid(second.origin, user)).toBe(rotated.kid)
     const published = ((await (await fetch(`${second.origin}/v0/.well-known/jwks.json`)).json()) as { keys: { kid: string }[] }).keys

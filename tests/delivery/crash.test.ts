@@ -3,7 +3,7 @@ import { createTestDatabase } from '../support/database.ts'
 import { freshDataDir, runCli, startServerProcess, type RunningProcess } from '../support/process.ts'
 import { startReceiver } from '../support/receiver.ts'
 
-// The server as it runs in production (bun src/server.ts), killed with SIGKILL mid-way.
+// The server as it runs in production (bun src/main.ts), killed with SIGKILL mid-way.
 setDefaultTimeout(120_000)
 
 let accepting = false
@@ -30,7 +30,7 @@ test('with the receiver refusing, 1,000 events, kill -9 mid-way, restart, receiv
   const account = demo.account.id
   const key = demo.api_key.secret
 
-  let server: RunningProcess = await startServerProcess(['bun', 'src/server.ts'], env)
+  let server: RunningProcess = await startServerProcess(['bun', 'src/main.ts'], env)
   const hook = await fetch(`${server.origin}/v0/account/${account}/hooks?key=${key}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -71,7 +71,7 @@ test('with the receiver refusing, 1,000 events, kill -9 mid-way, restart, receiv
   expect(receiver.received.length).toBeGreaterThan(0)
   const beforeRestart = acknowledged.size
 
-  server = await startServerProcess(['bun', 'src/server.ts'], env)
+  server = await startServerProcess(['bun', 'src/main.ts'], env)
   try {
     next = acknowledged.size
     await sendEvents(server.origin, EVENTS)

@@ -62,7 +62,7 @@ async function eventFor(path: string) {
 async function deliverOnce(claimedFor: string) {
   const claimed = (await claimDueDeliveries(db, { limit: 100, leaseMs: 30_000, perHook: 2 })).filter((item) => item.hookId === claimedFor)
   for (const item of claimed) {
-    const secret = await server.service.secretBox.open(item.secretCiphertext)
+    const secret = await server.instance.secretBox.open(item.secretCiphertext)
     const result = await sendWebhook({ url: item.targetUrl, id: item.eventId, body: item.payload, secrets: [secret] }, { timeoutMs: 2_000, allowPrivate: true, ca: tls.ca })
     await recordDeliveryAttempts(db, [{ deliveryId: item.id, result, decision: decideAfterAttempt(result, item.attempts + 1, schedule) }])
   }

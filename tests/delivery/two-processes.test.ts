@@ -43,7 +43,7 @@ test.if(!!database.url)('two processes on one PostgreSQL send every delivery onc
     WEBHOOK_CA_FILE: receiver.caFile,
     LOG_LEVEL: 'debug',
   }
-  const servers: RunningProcess[] = await Promise.all([startServerProcess(['bun', 'src/server.ts'], env), startServerProcess(['bun', 'src/server.ts'], env)])
+  const servers: RunningProcess[] = await Promise.all([startServerProcess(['bun', 'src/main.ts'], env), startServerProcess(['bun', 'src/main.ts'], env)])
   try {
     await receiver.waitFor((received) => received.length >= HOOKS * EVENTS_PER_HOOK, 60_000)
     await Bun.sleep(500)

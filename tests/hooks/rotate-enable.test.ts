@@ -30,7 +30,7 @@ const enable = (hookId: string, init: RequestInit = {}, owner: Owner = alice) =>
 
 async function storedSecrets(hookId: string) {
   const [row] = await db.select().from(hooks).where(eq(hooks.id, hookId))
-  const open = (sealed: string | null) => (sealed === null ? null : server.service.secretBox.open(sealed))
+  const open = (sealed: string | null) => (sealed === null ? null : server.instance.secretBox.open(sealed))
   return { current: await open(row!.secretCiphertext), previous: await open(row!.previousSecretCiphertext), previousExpiresAt: row!.previousSecretExpiresAt, row: row! }
 }
 

@@ -221,7 +221,7 @@ describe('the endpoint', () => {
     const fixture = await flowFixture(server)
     const token = await tokenFor(fixture, { resource: mcpUrl })
     const claims = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as Record<string, unknown>
-    const shortLived = await server.service.signer.sign(
+    const shortLived = await server.instance.signer.sign(
       { client_id: claims.client_id, account_id: claims.account_id, scope: claims.scope, grant_id: claims.grant_id },
       { typ: 'at+jwt', subject: claims.sub as string, audience: mcpUrl, expiresInSeconds: 1 },
     )

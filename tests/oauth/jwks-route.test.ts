@@ -6,7 +6,7 @@ import { json, startTestServer } from '../support/server.ts'
 const server = await startTestServer()
 const jwksPath = '/v0/.well-known/jwks.json'
 
-const signAccessToken = (signer: typeof server.service.signer) =>
+const signAccessToken = (signer: typeof server.instance.signer) =>
   signer.sign({ account_id: 'acc_1', scope: 'account:read' }, { typ: 'at+jwt', subject: 'usr_1', audience: server.config.baseUrl, expiresInSeconds: 900 })
 
 test('the JWKS is public, cacheable, readable from any origin, and holds public members only', async () => {
@@ -24,7 +24,7 @@ test('the JWKS is public, cacheable, readable from any origin, and holds public 
 })
 
 test('a JWKS client on the real URL verifies a token the service signed', async () => {
-  const token = await signAccessToken(server.service.signer)
+  const token = await signAccessToken(server.instance.signer)
   const keySet = createRemoteJWKSet(new URL(`${server.origin}${jwksPath}`))
   const { payload, protectedHeader } = await jwtVerify(token, keySet, {
     algorithms: ['ES256'],
@@ -38,18 +38,18 @@ test('a JWKS client on the real URL verifies a token the service signed', async 
 
 test('after a rotation, another instance on the same database publishes and signs with the new key through the invalidation feed', async () => {
   const other = await startTestServer({ database: server.database })
-  const before = await signAccessToken(other.service.signer)
-  const { kid, retiredKid } = await rotateSigningKey(server.database.handle.db, server.service.secretBox)
+  const before = await signAccessToken(other.instance.signer)
+  const { kid, retiredKid } = await rotateSigningKey(server.database.handle.db, server.instance.secretBox)
   expect(retiredKid).toBe(decodeProtectedHeader(before).kid!)
 
-  await other.service.syncCaches()
+  await other.instance.syncCaches()
   const deadline = Date.now() + 3_000
-  while (!other.service.signer.hasKey(kid) && Date.now() < deadline) await Bun.sleep(20)
-  expect(decodeProtectedHeader(await signAccessToken(other.service.signer)).kid).toBe(kid)
+  while (!other.instance.signer.hasKey(kid) && Date.now() < deadline) await Bun.sleep(20)
+  expect(decodeProtectedHeader(await signAccessToken(other.instance.signer)).kid).toBe(kid)
 
   const published = (await json(await other.fetch(jwksPath))).keys.map((key: { kid: string }) => key.kid)
   expect(published).toContain(kid)
   expect(published).toContain(retiredKid!)
-  expect((await other.service.signer.verify(before, { typ: 'at+jwt', audience: server.config.baseUrl })).sub).toBe('usr_1')
+  expect((await other.instance.signer.verify(before, { typ: 'at+jwt', audience: server.config.baseUrl })).sub).toBe('usr_1')
   await other.stop()
 })

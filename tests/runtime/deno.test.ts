@@ -2,7 +2,7 @@ import { afterAll, expect, setDefaultTimeout, test } from 'bun:test'
 import { freshDataDir, runCli, startServerProcess } from '../support/process.ts'
 import { createTestDatabase } from '../support/database.ts'
 
-// The same app served by Deno.serve (src/deno.ts). A developer without Deno skips this file;
+// The same app served by Deno.serve (src/main.deno.ts). A developer without Deno skips this file;
 // CI installs Deno, and there it must run.
 const denoAvailable = Bun.which('deno') !== null
 setDefaultTimeout(90_000)
@@ -13,12 +13,12 @@ afterAll(() => database.drop())
 const env: Record<string, string> = database.url ? { DATABASE_URL: database.url, DATA_DIR: freshDataDir() } : { DATA_DIR: freshDataDir() }
 if (database.url) await database.handle.close()
 
-test.if(denoAvailable || process.env.CI === 'true')('deno run src/deno.ts serves /healthz and an authenticated GET /v0/account', async () => {
+test.if(denoAvailable || process.env.CI === 'true')('deno run src/main.deno.ts serves /healthz and an authenticated GET /v0/account', async () => {
   const cli = await runCli(['demo', '--json'], env)
   expect(cli.exitCode).toBe(0)
   const demo = JSON.parse(cli.stdout)
 
-  const server = await startServerProcess(['deno', 'run', '--allow-all', '--quiet', 'src/deno.ts'], env, 60_000)
+  const server = await startServerProcess(['deno', 'run', '--allow-all', '--quiet', 'src/main.deno.ts'], env, 60_000)
   try {
     await server.waitForOutput('"runtime":"deno"')
     expect(await (await fetch(`${server.origin}/healthz`)).json()).toEqual({ status: 'ok' })

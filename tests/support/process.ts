@@ -24,7 +24,7 @@ export interface RunningProcess {
   stop(signal?: NodeJS.Signals): Promise<number>
 }
 
-/** Starts a server entry point (`bun src/server.ts`, `deno run … src/deno.ts`) and waits for /healthz. */
+/** Starts a server entry point (`bun src/main.ts`, `deno run … src/main.deno.ts`) and waits for /healthz. */
 export async function startServerProcess(command: string[], env: Record<string, string>, timeoutMs = 30_000): Promise<RunningProcess> {
   const port = env.PORT ?? String(freePort())
   const child = Bun.spawn(command, {

@@ -2,7 +2,7 @@ import { afterAll } from 'bun:test'
 import { loadConfig, type Config } from '../../src/lib/config.ts'
 import { createLogger } from '../../src/lib/logger.ts'
 import { MAX_BODY_BYTES, type FetchHandler } from '../../src/lib/http.ts'
-import { createService, type Service } from '../../src/service.ts'
+import { createInstance, type Instance } from '../../src/instance.ts'
 import { createAccount } from '../../src/accounts/service.ts'
 import { createApiKey } from '../../src/auth/api-keys.ts'
 import { createTestDatabase, type TestDatabase } from './database.ts'
@@ -12,7 +12,7 @@ export interface TestServer {
   origin: string
   config: Config
   database: TestDatabase
-  service: Service
+  instance: Instance
   /** Every log line the service wrote, parsed. */
   logs: Record<string, unknown>[]
   rawLogs: string[]
@@ -25,7 +25,7 @@ export interface TestServer {
 const TEST_ENCRYPTION_KEY = Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64url')
 
 /**
- * The real app on a real port over an isolated real database, served exactly as src/server.ts
+ * The real app on a real port over an isolated real database, served exactly as src/main.ts
  * serves it. Stopped after the file's tests unless the test stops it first.
  */
 export async function startTestServer(
@@ -48,15 +48,15 @@ export async function startTestServer(
   })
   const origin = `http://127.0.0.1:${server.port}`
   const config = loadConfig({ PORT: String(server.port), PUBLIC_URL: origin, LOG_LEVEL: 'debug', ENCRYPTION_KEY: TEST_ENCRYPTION_KEY, ...options.env })
-  const service = await createService({ config, logger, handle: database.handle, deliverWebhooks: options.deliverWebhooks ?? true })
-  handle = service.fetch
+  const instance = await createInstance({ config, logger, handle: database.handle, deliverWebhooks: options.deliverWebhooks ?? true })
+  handle = instance.fetch
 
   let stopped = false
   const stop = async () => {
     if (stopped) return
     stopped = true
     await server.stop(true)
-    await service.stop()
+    await instance.stop()
     if (!options.database) await database.drop()
   }
   afterAll(stop)
@@ -65,7 +65,7 @@ export async function startTestServer(
     origin,
     config,
     database,
-    service,
+    instance,
     logs,
     rawLogs,
     fetch: (path, init) => fetch(`${origin}${path}`, init),

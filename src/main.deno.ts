@@ -1,6 +1,6 @@
-import { boot, logFirstRunHint } from './boot.ts'
+import { bootInstance, logFirstRunHint } from './instance.ts'
 
-// The Deno adapter: the same app and boot sequence as src/server.ts, served by Deno.serve.
+// The Deno adapter: the same app and boot sequence as src/main.ts, served by Deno.serve.
 declare const Deno: {
   env: { toObject(): Record<string, string> }
   serve(
@@ -11,8 +11,8 @@ declare const Deno: {
   exit(code: number): never
 }
 
-const booted = await boot(Deno.env.toObject(), { deliverWebhooks: false })
-const { config, logger, database, service } = booted
+const booted = await bootInstance(Deno.env.toObject(), { deliverWebhooks: false })
+const { config, logger, database, instance } = booted
 
 const server = Deno.serve(
   {
@@ -20,12 +20,12 @@ const server = Deno.serve(
     hostname: config.host,
     onListen: ({ port }) => logger.info('listening', { url: `http://${config.host}:${port}`, runtime: 'deno' }),
   },
-  (request, info) => service.fetch(request, info.remoteAddr.hostname),
+  (request, info) => instance.fetch(request, info.remoteAddr.hostname),
 )
 // Signals are handled from the moment the port is open, before anything else is awaited.
 async function shutdown() {
   await server.shutdown()
-  await service.stop()
+  await instance.stop()
   await database.close()
   await logger.flush()
   Deno.exit(0)

@@ -1,17 +1,17 @@
 import { chmodSync, rmSync } from 'node:fs'
-import { boot, logFirstRunHint } from './boot.ts'
+import { bootInstance, logFirstRunHint } from './instance.ts'
 import { MAX_BODY_BYTES } from './lib/http.ts'
 import { runCommand } from './cli/commands.ts'
 import { cliSocketPath, parseForwardedCommand } from './cli/socket.ts'
 
 // The Bun adapter: everything Bun-specific (Bun.serve, the CLI socket) stays in this file.
-const booted = await boot(process.env, { deliverWebhooks: true })
-const { config, logger, database, service } = booted
+const booted = await bootInstance(process.env, { deliverWebhooks: true })
+const { config, logger, database, instance } = booted
 
 const server = Bun.serve({
   port: config.port,
   hostname: config.host,
-  fetch: (request, server) => service.fetch(request, server.requestIP(request)?.address),
+  fetch: (request, server) => instance.fetch(request, server.requestIP(request)?.address),
   // Above the app's own 1 MB limit, so the app answers 413 with a problem body; this is the backstop.
   maxRequestBodySize: MAX_BODY_BYTES * 8,
 })
@@ -25,10 +25,10 @@ if (database.handle.kind === 'pglite') {
     async fetch(request) {
       const argv = parseForwardedCommand(await request.json().catch(() => null))
       if (!argv) return Response.json({ exitCode: 2, output: 'error: expected {"argv": [string, …]}' }, { status: 400 })
-      const result = await runCommand(argv, { db: database.handle.db, baseUrl: config.baseUrl, openSecretBox: async () => service.secretBox })
-      await service.syncCaches()
+      const result = await runCommand(argv, { db: database.handle.db, baseUrl: config.baseUrl, openSecretBox: async () => instance.secretBox })
+      await instance.syncCaches()
       // After `keys rotate`: sign with the new key from the next request, not the next poll.
-      await service.signer.reload()
+      await instance.signer.reload()
       return Response.json(result)
     },
   })
@@ -47,7 +47,7 @@ async function shutdown(signal: string) {
   }, 10_000)
   await server.stop()
   clearTimeout(force)
-  await service.stop()
+  await instance.stop()
   if (cliSocket) {
     await cliSocket.stop(true)
     rmSync(cliSocketPath(config.dataDir), { force: true })

@@ -1,10 +1,12 @@
-import type { Config } from './lib/config.ts'
+import { count } from 'drizzle-orm'
+import { ConfigError, loadConfig, type Config } from './lib/config.ts'
 import type { DatabaseHandle } from './lib/db/client.ts'
 import { openPgliteDirectory, pgliteDatabase, postgresDatabase } from './lib/db/client.ts'
 import { migratePgliteDatabase, migratePostgresDatabase } from './lib/db/migrate.ts'
-import { acquireDataDirLock } from './lib/db/data-dir-lock.ts'
+import { DataDirLockedError, acquireDataDirLock } from './lib/db/data-dir-lock.ts'
+import { accounts } from './lib/db/schema.ts'
 import { startInvalidationFeed } from './lib/invalidation-feed.ts'
-import type { Logger } from './lib/logger.ts'
+import { createLogger, type Logger } from './lib/logger.ts'
 import { requestHandler, type FetchHandler } from './lib/http.ts'
 import { createApp, type App } from './app.ts'
 import { createAccountReader } from './accounts/account-cache.ts'
@@ -17,6 +19,9 @@ import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/sec
 import { createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
 import { startDeliveryWorker } from './delivery/supervisor.ts'
 import { createCommitNotifier } from './delivery/commit-notifier.ts'
+
+// The composition root: how one running instance is assembled from configuration, a database
+// and the features. The runtime entries (src/main.ts, src/main.deno.ts) and the tests start it.
 
 export interface OpenedDatabase {
   handle: DatabaseHandle
@@ -50,7 +55,7 @@ export async function openConfiguredDatabase(config: Config): Promise<OpenedData
   }
 }
 
-export interface Service {
+export interface Instance {
   app: App
   /** What a runtime serves: the app wrapped with request ids, the size check and request logs. */
   fetch: FetchHandler
@@ -65,13 +70,13 @@ export interface Service {
 }
 
 /** Wires the features over an open, migrated database. */
-export async function createService(options: {
+export async function createInstance(options: {
   config: Config
   logger: Logger
   handle: DatabaseHandle
   /** The Bun entry sends webhooks from this process; the Deno entry serves the API only (docs/architecture.md). */
   deliverWebhooks: boolean
-}): Promise<Service> {
+}): Promise<Instance> {
   const { config, logger, handle } = options
   const keyCache = newApiKeyCache()
   const accounts = createAccountReader(handle.db)
@@ -140,5 +145,55 @@ export async function createService(options: {
       notifier?.stop()
       await worker?.stop()
     },
+  }
+}
+
+export interface Booted {
+  config: Config
+  logger: Logger
+  database: OpenedDatabase
+  instance: Instance
+}
+
+/** Stops the process with one line naming the problem; no stack trace for a bad setting. */
+export function exitWith(message: string): never {
+  console.error(message)
+  process.exit(1)
+}
+
+export function loadConfigOrExit(env: Record<string, string | undefined>): Config {
+  try {
+    return loadConfig(env)
+  } catch (error) {
+    if (error instanceof ConfigError) exitWith(`Invalid configuration: ${error.message}`)
+    throw error
+  }
+}
+
+export async function openDatabaseOrExit(config: Config): Promise<OpenedDatabase> {
+  try {
+    return await openConfiguredDatabase(config)
+  } catch (error) {
+    if (error instanceof DataDirLockedError) {
+      exitWith(`${error.message}: PGlite allows one process per data directory. Stop it, or set DATA_DIR or DATABASE_URL.`)
+    }
+    if (config.databaseUrl) exitWith(`DATABASE_URL: cannot open the database (${(error as Error).message})`)
+    throw error
+  }
+}
+
+/** Everything a runtime entry point needs before it starts listening. */
+export async function bootInstance(env: Record<string, string | undefined>, options: { deliverWebhooks: boolean }): Promise<Booted> {
+  const config = loadConfigOrExit(env)
+  const logger = createLogger(config.logLevel)
+  const database = await openDatabaseOrExit(config)
+  const instance = await createInstance({ config, logger, handle: database.handle, deliverWebhooks: options.deliverWebhooks })
+  return { config, logger, database, instance }
+}
+
+export async function logFirstRunHint({ database, logger }: Booted): Promise<void> {
+  const [row] = await database.handle.db.select({ n: count() }).from(accounts)
+  if (row && row.n === 0) {
+    logger.info('no accounts yet: create a demo account, user and API key with `bun run cli demo`')
   }
 }

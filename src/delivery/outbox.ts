@@ -3,8 +3,8 @@ import type { Static } from 'elysia'
 import type { DatabaseTransaction } from '../lib/db/client.ts'
 import { deliveries, events, hooks } from '../lib/db/schema.ts'
 import { newId } from '../lib/ids.ts'
-import type { EventType } from '../hooks/events.ts'
-import type { EventSchema, MessageSchema } from './schemas.ts'
+import type { EventType } from '../hooks/event-types.ts'
+import type { EventSchema, MessageSchema } from '../messages/schemas.ts'
 
 export type EventPayload = Static<typeof EventSchema>
 
