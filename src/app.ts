@@ -17,7 +17,8 @@ import type { SecretBox } from './lib/secret-box.ts'
 import type { BearerAuthenticator } from './auth/bearer.ts'
 import { signInRoutes } from './oauth/sign-in.ts'
 import { authorizeRoutes } from './oauth/authorize.ts'
-import { tokenRoutes } from './oauth/token-routes.ts'
+import { tokenEndpointRoutes } from './oauth/token-endpoint.ts'
+import { revocationRoutes } from './oauth/revocation.ts'
 import { sessionRoutes } from './oauth/session.ts'
 import { hookRoutes } from './hooks/routes.ts'
 import { messageRoutes } from './messages/routes.ts'
@@ -65,7 +66,8 @@ export function createApp(deps: AppDeps) {
         .use(jwksRoutes(deps))
         .use(signInRoutes({ db: deps.db, signer: deps.signer, baseUrl: deps.config.baseUrl }))
         .use(authorizeRoutes(tokens))
-        .use(tokenRoutes(tokens))
+        .use(tokenEndpointRoutes(tokens))
+        .use(revocationRoutes(tokens))
         .use(sessionRoutes(auth))
         .use(
           hookRoutes({

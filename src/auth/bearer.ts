@@ -4,7 +4,7 @@ import { grants } from '../lib/db/schema.ts'
 import { TtlCache } from '../lib/cache.ts'
 import type { TokenSigner } from '../oauth/signing-keys.ts'
 import type { Caller } from './authenticator.ts'
-import { SCOPES, type Scope } from './scopes.ts'
+import { isScope, splitScope } from './scopes.ts'
 
 /** An access token whose signature, claims and grant were checked once on this instance. */
 interface VerifiedAccess {
@@ -56,7 +56,7 @@ export function createBearerAuthenticator(deps: BearerAuthenticatorDeps) {
     }
     const [grant] = await deps.db.select({ revokedAt: grants.revokedAt }).from(grants).where(eq(grants.id, grantId))
     if (!grant || grant.revokedAt) return { error: 'The access token has been revoked.' }
-    const scopes = (claims.scope ?? '').split(' ').filter((scope): scope is Scope => SCOPES.includes(scope as Scope))
+    const scopes = splitScope(claims.scope ?? '').filter(isScope)
     return {
       grantId,
       exp: claims.exp,

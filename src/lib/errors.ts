@@ -56,6 +56,10 @@ export const notFound = (detail = 'No such resource.') => new ApiError(404, 'not
 export const validationFailed = (errors: FieldError[]) =>
   new ApiError(422, 'validation_failed', 'The request body or parameters are invalid; see errors.', { errors })
 
+/** The one answer to a failure of ours: the request id to quote, never the cause. */
+export const internalError = (requestId: string) =>
+  new ApiError(500, 'internal_error', `Something went wrong on our side. Quote ${requestId} when reporting it.`)
+
 export function problemBody(error: ApiError, requestId: string): Problem {
   const body: Problem = {
     type: `${PROBLEM_TYPE_BASE}${error.problemCode}`,
@@ -92,16 +96,50 @@ export type OAuthErrorCode =
   | 'temporarily_unavailable'
   | 'slow_down'
 
-/** A failure at an OAuth endpoint, answered with `{ error, error_description }`. */
-export class OAuthError extends Error {
-  constructor(
-    readonly status: number,
-    readonly error: OAuthErrorCode,
-    readonly description: string,
-    readonly headers: Record<string, string> = {},
-  ) {
-    super(description)
+const OAUTH_ERROR_CODES: ReadonlySet<string> = new Set<OAuthErrorCode>([
+  'invalid_request',
+  'invalid_client',
+  'invalid_grant',
+  'unauthorized_client',
+  'unsupported_grant_type',
+  'invalid_scope',
+  'invalid_redirect_uri',
+  'invalid_client_metadata',
+  'access_denied',
+  'unsupported_response_type',
+  'invalid_target',
+  'temporarily_unavailable',
+  'slow_down',
+])
+
+/**
+ * A failure with an OAuth error code. Like any ApiError it becomes a problem body; at the OAuth
+ * endpoints (src/oauth/wire-format.ts) that body is answered as `{ error, error_description }`.
+ */
+export class OAuthError extends ApiError {
+  constructor(status: number, readonly error: OAuthErrorCode, readonly description: string, headers: Record<string, string> = {}) {
+    super(status, error, description, { headers })
   }
 }
 
-export const oauthErrorBody = (error: OAuthError) => ({ error: error.error, error_description: error.description })
+export interface OAuthErrorBody {
+  error: string
+  error_description: string
+}
+
+/**
+ * The OAuth error object (RFC 6749 §5.2, RFC 7591 §3.2.2) and its status for a failure an OAuth
+ * endpoint answered: OAuth codes pass as they are; a schema failure is a 400 `invalidBody`
+ * naming the first field; our own failures are `temporarily_unavailable`; anything else
+ * `invalid_request` with its status (413, 415, ...).
+ */
+export function oauthErrorFor(problem: Problem, invalidBody: OAuthErrorCode): { status: number; body: OAuthErrorBody } {
+  if (OAUTH_ERROR_CODES.has(problem.code)) return { status: problem.status, body: { error: problem.code, error_description: problem.detail } }
+  if (problem.code === 'validation_failed') {
+    const first = problem.errors?.[0]
+    const field = first?.path.replace(/^\//, '') || 'body'
+    return { status: 400, body: { error: invalidBody, error_description: first ? `${field}: ${first.message}` : problem.detail } }
+  }
+  const error = problem.status >= 500 ? 'temporarily_unavailable' : 'invalid_request'
+  return { status: problem.status, body: { error, error_description: problem.detail } }
+}

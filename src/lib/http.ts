@@ -1,8 +1,7 @@
 import { Elysia } from 'elysia'
-import { ApiError, OAuthError, PROBLEM_CONTENT_TYPE, badRequest, oauthErrorBody, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
+import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, internalError, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
 import { newId } from './ids.ts'
 import { redactedPath, type Logger } from './logger.ts'
-import { CORS_RESPONSE_HEADERS } from './cors.ts'
 
 export const MAX_BODY_BYTES = 1024 * 1024
 
@@ -39,41 +38,29 @@ function isJsonContentType(contentType: string): boolean {
   return mediaType === 'application/json' || (mediaType.startsWith('application/') && mediaType.endsWith('+json'))
 }
 
+const FORM_MEDIA_TYPE = 'application/x-www-form-urlencoded'
+
+/** Form bodies taken by a feature's own parser (`parseFormBody`); any other form body is refused. */
+const formBodiesTaken = new WeakSet<Request>()
+
 /**
- * OAuth endpoints answer failures with the RFC 6749 error object, not problem+json; the token
- * and revocation endpoints also take form-encoded bodies, as standard OAuth clients send them.
+ * For a feature plugin whose endpoints also take form bodies (the OAuth token endpoints):
+ * reads one within the size limit. A parameter sent twice is refused, never resolved by
+ * picking one (RFC 6749 §3.2 asks this of OAuth; nothing else wants it either).
  */
-export const OAUTH_ERROR_PATHS = new Set(['/v0/auth/register', '/v0/auth/authorize', '/v0/auth/token', '/v0/auth/token/refresh', '/v0/auth/revoke'])
-const FORM_BODY_PATHS = new Set(['/v0/auth/token', '/v0/auth/token/refresh', '/v0/auth/revoke'])
-
-function pathOf(url: string): string {
-  const start = url.indexOf('/', url.indexOf('//') + 2)
-  if (start === -1) return '/'
-  const end = url.indexOf('?', start)
-  return url.slice(start, end === -1 ? undefined : end)
-}
-
-/** RFC 6749 §3.2: a parameter sent twice is an error, never resolved by picking one. */
-function parseForm(text: string): Record<string, string> {
+export async function parseFormBody(request: Request): Promise<Record<string, string>> {
+  formBodiesTaken.add(request)
   const form: Record<string, string> = {}
-  for (const [name, value] of new URLSearchParams(text)) {
-    if (Object.hasOwn(form, name)) throw new OAuthError(400, 'invalid_request', `The ${name} parameter is repeated.`)
+  for (const [name, value] of new URLSearchParams(await readLimitedText(request))) {
+    if (Object.hasOwn(form, name)) throw badRequest('invalid_request', `The ${name} parameter is repeated.`)
     form[name] = value
   }
   return form
 }
 
-/** The OAuth error a failure becomes at an OAuth endpoint. */
-function toOAuthError(error: ApiError, path: string): OAuthError {
-  if (error.problemCode === 'validation_failed') {
-    const first = error.options.errors?.[0]
-    const field = first?.path.replace(/^\//, '') || 'body'
-    const detail = first ? `${field}: ${first.message}` : error.detail
-    return new OAuthError(400, path === '/v0/auth/register' ? 'invalid_client_metadata' : 'invalid_request', detail)
-  }
-  if (error.status >= 500) return new OAuthError(error.status, 'temporarily_unavailable', error.detail)
-  return new OAuthError(error.status, 'invalid_request', error.detail, error.options.headers)
-}
+export const isFormContentType = (contentType: string | undefined | null) => contentType != null && mediaTypeOf(contentType) === FORM_MEDIA_TYPE
+
+const unsupportedMediaType = () => new ApiError(415, 'unsupported_media_type', 'Send JSON bodies with Content-Type: application/json.')
 
 interface ValidationIssue {
   path?: string
@@ -96,12 +83,15 @@ function fieldErrors(error: { all?: ValidationIssue[] }, part: string): FieldErr
 }
 
 /** Maps whatever was thrown to the ApiError a client may see; null means "our fault". */
-function toApiError(code: string | number, error: unknown): ApiError | null {
+function toApiError(code: string | number, error: unknown, request: Request): ApiError | null {
   if (error instanceof ApiError) return error
   switch (code) {
     case 'PARSE': {
       const cause = (error as { cause?: unknown }).cause
-      return cause instanceof ApiError ? cause : badRequest('invalid_json', 'The request body is not valid JSON.')
+      if (cause instanceof ApiError) return cause
+      // A form body that no feature parser took reached a route's own JSON parser.
+      if (isFormContentType(request.headers.get('content-type'))) return unsupportedMediaType()
+      return badRequest('invalid_json', 'The request body is not valid JSON.')
     }
     case 'VALIDATION': {
       const validation = error as { type?: string; all?: ValidationIssue[] }
@@ -118,25 +108,24 @@ function toApiError(code: string | number, error: unknown): ApiError | null {
 }
 
 /**
- * Inside the app: JSON parsing within the body limit and one problem+json body for every
+ * Inside the app: JSON bodies within the size limit and one problem+json body for every
  * failure. Routes with a body still declare `parse: 'json'`: the OpenAPI document reads media
- * types from there, while the parser below (which runs first) does the parsing.
+ * types from there, while the parser below (which runs first) does the parsing. A form body is
+ * left to the feature plugins that parse one (`parseFormBody`); at any other route it is 415.
  */
 export function httpFoundation(logger: Logger) {
   return new Elysia()
     .error({ ApiError })
     .onParse({ as: 'global' }, async ({ request, contentType }) => {
+      const declaredLength = request.headers.get('content-length')
+      if (declaredLength !== null && Number(declaredLength) > MAX_BODY_BYTES) throw tooLarge()
       if (!contentType) {
         const text = await readLimitedText(request)
         if (text.length === 0) return undefined
-        throw new ApiError(415, 'unsupported_media_type', 'Send JSON bodies with Content-Type: application/json.')
+        throw unsupportedMediaType()
       }
-      if (mediaTypeOf(contentType) === 'application/x-www-form-urlencoded' && FORM_BODY_PATHS.has(pathOf(request.url))) {
-        return parseForm(await readLimitedText(request))
-      }
-      if (!isJsonContentType(contentType)) {
-        throw new ApiError(415, 'unsupported_media_type', 'Send JSON bodies with Content-Type: application/json.')
-      }
+      if (isFormContentType(contentType)) return undefined
+      if (!isJsonContentType(contentType)) throw unsupportedMediaType()
       const text = await readLimitedText(request)
       try {
         return JSON.parse(text)
@@ -144,24 +133,14 @@ export function httpFoundation(logger: Logger) {
         throw badRequest('invalid_json', 'The request body is not valid JSON.')
       }
     })
+    .onTransform({ as: 'global' }, ({ request, body }) => {
+      if (body !== undefined && !formBodiesTaken.has(request) && isFormContentType(request.headers.get('content-type'))) throw unsupportedMediaType()
+    })
     .onError({ as: 'global' }, ({ code, error, set, request }) => {
       // The request id is made here only for failures; requestHandler adds one to every other response.
       const requestId = newId('req')
       set.headers['x-request-id'] = requestId
-      const cause = code === 'PARSE' ? (error as { cause?: unknown }).cause : undefined
-      const path = pathOf(request.url)
-      if (error instanceof OAuthError || cause instanceof OAuthError || (OAUTH_ERROR_PATHS.has(path) && code !== 'NOT_FOUND')) {
-        const mapped = toApiError(code, cause ?? error)
-        const oauthError = error instanceof OAuthError ? error : cause instanceof OAuthError ? cause : mapped ? toOAuthError(mapped, path) : null
-        if (oauthError) {
-          set.status = oauthError.status
-          set.headers['content-type'] = 'application/json'
-          set.headers['cache-control'] = 'no-store'
-          for (const [name, value] of Object.entries(oauthError.headers)) set.headers[name] = value
-          return oauthErrorBody(oauthError)
-        }
-      }
-      let apiError = toApiError(code, error)
+      let apiError = toApiError(code, error, request)
       if (!apiError) {
         logger.error('unhandled error', {
           request_id: requestId,
@@ -169,7 +148,7 @@ export function httpFoundation(logger: Logger) {
           error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
           stack: error instanceof Error ? error.stack : undefined,
         })
-        apiError = new ApiError(500, 'internal_error', `Something went wrong on our side. Quote ${requestId} when reporting it.`)
+        apiError = internalError(requestId)
       }
       set.status = apiError.status
       set.headers['content-type'] = PROBLEM_CONTENT_TYPE
@@ -185,19 +164,6 @@ const clientAddresses = new WeakMap<Request, string>()
 
 /** The IP address the request came from, as the runtime saw it ('unknown' when it did not say). */
 export const clientAddressOf = (request: Request): string => clientAddresses.get(request) ?? 'unknown'
-
-/**
- * Failures answered before the app sees the request still take the shape of the endpoint:
- * an OAuth error object, with CORS where the endpoint has it, so browsers can read it.
- */
-function earlyFailure(request: Request, error: ApiError, requestId: string): Response {
-  const path = pathOf(request.url)
-  if (!OAUTH_ERROR_PATHS.has(path)) return problemResponse(error, requestId)
-  const oauthError = toOAuthError(error, path)
-  const headers: Record<string, string> = { 'cache-control': 'no-store', 'x-request-id': requestId, ...oauthError.headers }
-  if (path !== '/v0/auth/authorize') Object.assign(headers, CORS_RESPONSE_HEADERS)
-  return Response.json(oauthErrorBody(oauthError), { status: oauthError.status, headers })
-}
 
 function withRequestId(response: Response): [Response, string] {
   const existing = response.headers.get('x-request-id')
@@ -215,7 +181,7 @@ function withRequestId(response: Response): [Response, string] {
 }
 
 /**
- * Around the app: the declared-size check, a request id on every response and one log line
+ * Around the app: a request id on every response and one log line
  * per request. Kept out of Elysia's lifecycle hooks, which cost microseconds on every request
  * even when empty, and synchronous whenever the app answers synchronously (docs/performance.md).
  */
@@ -239,16 +205,12 @@ export function requestHandler(app: { fetch(request: Request): Response | Promis
   const failed = (request: Request, error: unknown): Response => {
     const requestId = newId('req')
     logger.error('unhandled error', { request_id: requestId, path: redactedPath(request.url), error: String(error) })
-    return earlyFailure(request, new ApiError(500, 'internal_error', `Something went wrong on our side. Quote ${requestId} when reporting it.`), requestId)
+    return problemResponse(internalError(requestId), requestId)
   }
 
   return function handle(request, clientAddress) {
     const start = performance.now()
     if (clientAddress !== undefined) clientAddresses.set(request, clientAddress)
-    const declaredLength = request.headers.get('content-length')
-    if (declaredLength !== null && Number(declaredLength) > MAX_BODY_BYTES) {
-      return finish(request, start, earlyFailure(request, tooLarge(), newId('req')))
-    }
     let answered: Response | Promise<Response>
     try {
       answered = app.fetch(request)

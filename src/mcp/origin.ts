@@ -1,4 +1,4 @@
-const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]'])
+import { isLoopbackHost } from '../lib/loopback.ts'
 
 /**
  * Whether a browser page on `origin` may call the MCP endpoint. DNS rebinding makes a page on
@@ -15,6 +15,6 @@ export function isAllowedOrigin(origin: string, options: { publicUrl: string; al
   }
   if (parsed.origin === 'null') return false
   if (parsed.origin === new URL(options.publicUrl).origin) return true
-  if (LOOPBACK_HOSTS.has(parsed.hostname) && (parsed.protocol === 'http:' || parsed.protocol === 'https:')) return true
+  if (isLoopbackHost(parsed.hostname) && (parsed.protocol === 'http:' || parsed.protocol === 'https:')) return true
   return options.allowed.includes(parsed.origin)
 }

@@ -1,12 +1,8 @@
-import { eq } from 'drizzle-orm'
 import type { Database } from '../lib/db/client.ts'
-import { oauthClients } from '../lib/db/schema.ts'
 import type { OAuthErrorCode } from '../lib/errors.ts'
-import { isId } from '../lib/ids.ts'
-import { TtlCache } from '../lib/cache.ts'
-import { SCOPES, type Scope } from '../auth/scopes.ts'
-
-export type OAuthClient = typeof oauthClients.$inferSelect
+import { isLoopbackHost } from '../lib/loopback.ts'
+import { SCOPES, isScope, splitScope, type Scope } from '../auth/scopes.ts'
+import { findClient, type OAuthClient } from './clients.ts'
 
 export const DEFAULT_SCOPE: readonly Scope[] = ['account:read', 'hooks:read', 'hooks:write']
 
@@ -39,7 +35,6 @@ export type AuthorizationCheck =
   /** Anything else: sent back to the client's (verified) redirect URI. */
   | { ok: false; redirect: true; redirectUri: string; state: string | undefined; error: OAuthErrorCode; description: string }
 
-const LOOPBACK_HOSTS = new Set(['127.0.0.1', '[::1]', 'localhost'])
 // RFC 7636 §4.2: an S256 challenge is the base64url SHA-256 of the verifier: 43 characters.
 const S256_CHALLENGE = /^[A-Za-z0-9_-]{43}$/
 const MAX_STATE_LENGTH = 2048
@@ -56,7 +51,7 @@ export function matchesRegisteredRedirect(registered: readonly string[], request
   } catch {
     return false
   }
-  if (asked.protocol !== 'http:' || !LOOPBACK_HOSTS.has(asked.hostname)) return false
+  if (asked.protocol !== 'http:' || !isLoopbackHost(asked.hostname)) return false
   return registered.some((uri) => {
     try {
       const known = new URL(uri)
@@ -76,10 +71,11 @@ export function matchesRegisteredRedirect(registered: readonly string[], request
 }
 
 export function parseScope(raw: string | undefined, client: OAuthClient): Scope[] | null {
-  const allowed = client.scope ? client.scope.split(' ') : SCOPES
-  if (raw === undefined || raw.trim() === '') return client.scope ? (client.scope.split(' ') as Scope[]) : [...DEFAULT_SCOPE]
-  const requested = [...new Set(raw.split(' ').filter(Boolean))]
-  if (requested.some((scope) => !allowed.includes(scope as Scope) || !SCOPES.includes(scope as Scope))) return null
+  const registered = client.scope ? (splitScope(client.scope) as Scope[]) : null
+  if (raw === undefined || raw.trim() === '') return registered ?? [...DEFAULT_SCOPE]
+  const requested = splitScope(raw)
+  const allowed: readonly string[] = registered ?? SCOPES
+  if (requested.some((scope) => !isScope(scope) || !allowed.includes(scope))) return null
   return requested as Scope[]
 }
 
@@ -90,24 +86,6 @@ export function parseResource(raw: string | string[] | undefined, baseUrl: strin
   if (resources.length === 0) return known
   if (resources.some((resource) => !known.includes(resource))) return null
   return [...new Set(resources)]
-}
-
-// Registrations never change once made (there is no update or delete), so a client read
-// once is good for the life of the process; unknown ids are not remembered.
-const clientsByDatabase = new WeakMap<Database, TtlCache<OAuthClient>>()
-
-export async function findClient(db: Database, clientId: string | undefined): Promise<OAuthClient | null> {
-  if (!clientId || !isId('cli', clientId)) return null
-  let clients = clientsByDatabase.get(db)
-  if (!clients) {
-    clients = new TtlCache<OAuthClient>({ maxEntries: 10_000, ttlMs: 60 * 60_000 })
-    clientsByDatabase.set(db, clients)
-  }
-  const cached = clients.get(clientId)
-  if (cached) return cached
-  const [client] = await db.select().from(oauthClients).where(eq(oauthClients.id, clientId))
-  if (client) clients.set(clientId, client)
-  return client ?? null
 }
 
 /**

@@ -3,7 +3,9 @@ import { Elysia, t } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import { OAuthError } from '../lib/errors.ts'
 import { checkAuthorizationRequest, redirectWith, type AuthorizationParams } from './authorization-request.ts'
-import { issueAuthorizationCode, type TokenDeps } from './tokens.ts'
+import type { TokenDeps } from './tokens.ts'
+import { issueAuthorizationCode } from './grants/authorization-code.ts'
+import { oauthWireFormat } from './wire-format.ts'
 import { renderConsentPage, renderErrorPage } from './consent-page.ts'
 
 export interface AuthorizeDeps extends TokenDeps {
@@ -63,6 +65,7 @@ export const AuthorizeResult = t.Object({
 
 export function authorizeRoutes(deps: AuthorizeDeps) {
   return new Elysia({ tags: ['OAuth'] })
+    .use(oauthWireFormat())
     .get(
       '/auth/authorize',
       async ({ query }) => {

@@ -1,37 +1,16 @@
-import { clientAddressOf } from '../lib/http.ts'
 import { Elysia, type Static } from 'elysia'
+import { clientAddressOf } from '../lib/http.ts'
 import type { Database } from '../lib/db/client.ts'
-import { oauthClients } from '../lib/db/schema.ts'
 import { OAuthError } from '../lib/errors.ts'
-import { newId } from '../lib/ids.ts'
+import { isLoopbackHost } from '../lib/loopback.ts'
 import { countHit, type RateLimitWindow } from '../lib/rate-limit.ts'
-import { SCOPES } from '../auth/scopes.ts'
+import { SCOPES, isScope, splitScope } from '../auth/scopes.ts'
 import { cors } from '../lib/cors.ts'
-import {
-  type ApplicationType,
-  ClientRegistrationRequest,
-  ClientRegistrationResponse,
-  GRANT_TYPES,
-  type GrantType,
-  MAX_REDIRECT_URI_LENGTH,
-  OAuthErrorSchema,
-  RESPONSE_TYPES,
-  type ResponseType,
-} from './schemas.ts'
+import { storeClient, type ClientMetadata } from './clients.ts'
+import { ClientRegistrationRequest, ClientRegistrationResponse, GRANT_TYPES, MAX_REDIRECT_URI_LENGTH, OAuthErrorSchema, RESPONSE_TYPES } from './schemas.ts'
+import { oauthWireFormat } from './wire-format.ts'
 
 export type ClientRegistrationRequestBody = Static<typeof ClientRegistrationRequest>
-export type ClientRegistration = Static<typeof ClientRegistrationResponse>
-
-/** The metadata a client is registered with, defaults applied: RFC 7591 §2 names. */
-export interface ClientMetadata {
-  redirect_uris: string[]
-  client_name?: string
-  scope?: string
-  grant_types: Static<typeof GrantType>[]
-  response_types: Static<typeof ResponseType>[]
-  token_endpoint_auth_method: 'none'
-  application_type: Static<typeof ApplicationType>
-}
 
 /** Registration is open, so it is the cheapest way to fill the database: 20 per client address per hour. */
 export const REGISTRATION_RATE_LIMIT: RateLimitWindow = { limit: 20, windowSeconds: 3600 }
@@ -41,7 +20,6 @@ export const registrationRateLimitKey = (clientAddress: string) => `register:ip:
 // URL parsers repair or reinterpret silently (WHATWG drops tabs and reads `\` as `/`).
 const URI_CHARACTERS = /^[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%]+$/
 const USERINFO = /^[a-z][a-z0-9+.-]*:\/\/[^/?]*@/i
-const LOOPBACK_HOSTS = new Set(['127.0.0.1', '[::1]', 'localhost'])
 /** Schemes that run code, read local data or are no place to send an authorization code. */
 const FORBIDDEN_SCHEMES = new Set(['javascript', 'vbscript', 'data', 'blob', 'file', 'filesystem', 'about', 'view-source', 'ws', 'wss', 'ftp', 'mailto', 'tel', 'sms'])
 
@@ -69,7 +47,7 @@ export function redirectUriProblem(uri: string): string | null {
     if (scheme === 'https') return null
     // The host as written: the parser turns `127.1` or `0x7f.1` into 127.0.0.1.
     const writtenHost = uri.slice('http://'.length).split(/[/?]/, 1)[0]!.replace(/:\d*$/, '').toLowerCase()
-    if (LOOPBACK_HOSTS.has(writtenHost) && LOOPBACK_HOSTS.has(url.hostname)) return null
+    if (isLoopbackHost(writtenHost) && isLoopbackHost(url.hostname)) return null
     return 'may use http only with a loopback host (127.0.0.1, [::1] or localhost); use https'
   }
   if (FORBIDDEN_SCHEMES.has(scheme)) return `must not use the ${scheme}: scheme`
@@ -81,9 +59,9 @@ const invalidMetadata = (description: string) => new OAuthError(400, 'invalid_cl
 
 /** `scope` as a set of known scopes, in the order given, one space apart. */
 function normalizeScope(scope: string): string {
-  const requested = [...new Set(scope.split(' ').filter(Boolean))]
+  const requested = splitScope(scope)
   if (requested.length === 0) throw invalidMetadata('scope: name at least one scope.')
-  if (requested.some((name) => !(SCOPES as readonly string[]).includes(name))) {
+  if (requested.some((name) => !isScope(name))) {
     throw invalidMetadata(`scope: unknown scope; the scopes are ${SCOPES.join(', ')}.`)
   }
   return requested.join(' ')
@@ -126,28 +104,11 @@ export async function enforceRegistrationRateLimit(db: Database, clientAddress: 
   }
 }
 
-/** Stores the client; the RFC 7591 §3.2.1 body: its id, issue time and the metadata as registered. */
-export async function registerClient(db: Database, metadata: ClientMetadata): Promise<ClientRegistration> {
-  const [client] = await db
-    .insert(oauthClients)
-    .values({
-      id: newId('cli'),
-      clientName: metadata.client_name,
-      redirectUris: metadata.redirect_uris,
-      grantTypes: metadata.grant_types,
-      responseTypes: metadata.response_types,
-      tokenEndpointAuthMethod: metadata.token_endpoint_auth_method,
-      applicationType: metadata.application_type,
-      scope: metadata.scope,
-    })
-    .returning({ id: oauthClients.id, createdAt: oauthClients.createdAt })
-  return { client_id: client!.id, client_id_issued_at: Math.floor(client!.createdAt.getTime() / 1000), ...metadata }
-}
-
-/** `POST /auth/register`, mounted under `/v0`. Failures become OAuth error bodies (OAUTH_ERROR_PATHS in src/lib/http.ts). */
+/** `POST /auth/register`, mounted under `/v0`; failures are OAuth error bodies (RFC 7591 §3.2.2). */
 export function registrationRoutes(deps: { db: Database }) {
   return new Elysia({ tags: ['OAuth'] })
     .use(cors({ '/auth/register': ['POST'] }))
+    .use(oauthWireFormat({ invalidBody: 'invalid_client_metadata' }))
     .post(
       '/auth/register',
       async ({ body, request, server, set, status }) => {
@@ -155,7 +116,7 @@ export function registrationRoutes(deps: { db: Database }) {
         // Counted after validation: only registrations that would be stored use up the allowance.
         await enforceRegistrationRateLimit(deps.db, clientAddressOf(request))
         set.headers['cache-control'] = 'no-store'
-        return status(201, await registerClient(deps.db, metadata))
+        return status(201, await storeClient(deps.db, metadata))
       },
       {
         parse: 'json',

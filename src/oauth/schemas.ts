@@ -100,3 +100,50 @@ export const ProtectedResourceMetadata = t.Object(
   },
   { title: 'ProtectedResourceMetadata' },
 )
+
+const optionalParameter = (maxLength: number) => t.Optional(t.String({ maxLength }))
+
+// Standard clients send extra parameters (RFC 8707 `resource`, an empty `client_secret`, …):
+// they are accepted and ignored, as RFC 6749 §3.2 asks.
+export const TokenRequestBody = t.Object(
+  {
+    grant_type: t.String({ maxLength: 64 }),
+    client_id: optionalParameter(256),
+    code: optionalParameter(256),
+    redirect_uri: optionalParameter(2048),
+    code_verifier: optionalParameter(256),
+    refresh_token: optionalParameter(256),
+    scope: optionalParameter(512),
+  },
+  { additionalProperties: true },
+)
+
+export const RefreshRequestBody = t.Object(
+  {
+    grant_type: t.Optional(t.Literal('refresh_token')),
+    refresh_token: t.String({ maxLength: 256 }),
+    client_id: t.String({ maxLength: 256 }),
+    scope: optionalParameter(512),
+  },
+  { additionalProperties: true },
+)
+
+export const RevokeRequestBody = t.Object(
+  {
+    token: t.String({ maxLength: 4096 }),
+    token_type_hint: optionalParameter(64),
+    client_id: t.String({ maxLength: 256 }),
+  },
+  { additionalProperties: true },
+)
+
+export const TokenResponseSchema = t.Object(
+  {
+    access_token: t.String({ description: 'An RFC 9068 JWT, valid for 15 minutes.' }),
+    token_type: t.Literal('Bearer'),
+    expires_in: t.Integer(),
+    refresh_token: t.String({ description: 'Opaque, 30 days, rotated on every use.' }),
+    scope: t.String(),
+  },
+  { title: 'TokenResponse' },
+)

@@ -1,0 +1,66 @@
+import { Elysia } from 'elysia'
+import { and, eq, isNull, sql } from 'drizzle-orm'
+import type { Database, DatabaseTransaction } from '../lib/db/client.ts'
+import { grants, refreshTokens } from '../lib/db/schema.ts'
+import { OAuthError } from '../lib/errors.ts'
+import { sha256Hex } from '../lib/crypto.ts'
+import { recordInvalidation } from '../lib/invalidation-feed.ts'
+import { cors } from '../lib/cors.ts'
+import { requireClient } from './clients.ts'
+import { RevokeRequestBody } from './schemas.ts'
+import type { AccessTokenClaims, TokenDeps } from './tokens.ts'
+import { oauthWireFormat } from './wire-format.ts'
+
+/** Revokes a grant and every token issued from it, on every instance (through the invalidation feed). */
+export async function revokeGrant(db: Database | DatabaseTransaction, grantId: string, reason: string): Promise<void> {
+  const revoked = await db
+    .update(grants)
+    .set({ revokedAt: sql`now()`, revokedReason: reason })
+    .where(and(eq(grants.id, grantId), isNull(grants.revokedAt)))
+    .returning({ id: grants.id })
+  if (revoked.length > 0) await recordInvalidation(db, 'grant', grantId)
+}
+
+/**
+ * RFC 7009: revokes the grant of a refresh or access token that belongs to the calling client.
+ * Unknown, expired or foreign tokens are not an error (§2.2): the answer does not tell them apart.
+ */
+export async function revokeToken(deps: TokenDeps, input: { token?: string; clientId?: string }): Promise<void> {
+  const client = await requireClient(deps.db, input.clientId)
+  if (!input.token || input.token.length > 4096) throw new OAuthError(400, 'invalid_request', 'token is required.')
+  const [refresh] = await deps.db
+    .select({ grantId: grants.id, clientId: grants.clientId })
+    .from(refreshTokens)
+    .innerJoin(grants, eq(grants.id, refreshTokens.grantId))
+    .where(eq(refreshTokens.tokenHash, sha256Hex(input.token)))
+  if (refresh) {
+    if (refresh.clientId === client.id) await revokeGrant(deps.db, refresh.grantId, 'revoked by the client')
+    return
+  }
+  for (const audience of [deps.baseUrl, `${deps.baseUrl}/mcp`]) {
+    try {
+      const claims = (await deps.signer.verify(input.token, { typ: 'at+jwt', audience })) as unknown as AccessTokenClaims
+      if (claims.client_id === client.id && typeof claims.grant_id === 'string') await revokeGrant(deps.db, claims.grant_id, 'revoked by the client')
+      return
+    } catch {
+      // Not an access token for this audience (or not valid at all): nothing to revoke.
+    }
+  }
+}
+
+/** `POST /auth/revoke` (RFC 7009), mounted under `/v0`: JSON or form bodies, OAuth error bodies, CORS. */
+export function revocationRoutes(deps: TokenDeps) {
+  return new Elysia({ tags: ['OAuth'] })
+    .use(cors({ '/auth/revoke': ['POST'] }))
+    .use(oauthWireFormat({ forms: true }))
+    .post(
+      '/auth/revoke',
+      async ({ body, set }) => {
+        set.headers['cache-control'] = 'no-store'
+        await revokeToken(deps, { token: body.token, clientId: body.client_id })
+        await deps.syncCaches()
+        return {}
+      },
+      { body: RevokeRequestBody, detail: { summary: "Revoke a refresh or access token's grant (RFC 7009)" } },
+    )
+}

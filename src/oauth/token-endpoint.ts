@@ -1,0 +1,52 @@
+import { Elysia } from 'elysia'
+import { OAuthError } from '../lib/errors.ts'
+import { cors } from '../lib/cors.ts'
+import { redeemAuthorizationCode } from './grants/authorization-code.ts'
+import { refreshTokenGrant } from './grants/refresh-token.ts'
+import { RefreshRequestBody, TokenRequestBody, TokenResponseSchema } from './schemas.ts'
+import type { TokenDeps } from './tokens.ts'
+import { oauthWireFormat } from './wire-format.ts'
+
+// RFC 6749 §5.1: token responses are never cached.
+const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' }
+
+/**
+ * `POST /auth/token` (RFC 6749 §3.2: dispatches to the grant named by `grant_type`) and
+ * `POST /auth/token/refresh` (the refresh grant at its own address), mounted under `/v0`.
+ */
+export function tokenEndpointRoutes(deps: TokenDeps) {
+  return new Elysia({ tags: ['OAuth'] })
+    .use(cors({ '/auth/token': ['POST'], '/auth/token/refresh': ['POST'] }))
+    .use(oauthWireFormat({ forms: true }))
+    .post(
+      '/auth/token',
+      async ({ body, set }) => {
+        Object.assign(set.headers, NO_STORE)
+        if (body.grant_type === 'authorization_code') {
+          return redeemAuthorizationCode(deps, {
+            code: body.code,
+            clientId: body.client_id,
+            redirectUri: body.redirect_uri,
+            codeVerifier: body.code_verifier,
+          })
+        }
+        if (body.grant_type === 'refresh_token') {
+          return refreshTokenGrant(deps, { refreshToken: body.refresh_token, clientId: body.client_id, scope: body.scope })
+        }
+        throw new OAuthError(400, 'unsupported_grant_type', 'grant_type must be authorization_code or refresh_token.')
+      },
+      {
+        body: TokenRequestBody,
+        response: { 200: TokenResponseSchema },
+        detail: { summary: 'Exchange an authorization code (with its PKCE verifier) or a refresh token for tokens' },
+      },
+    )
+    .post(
+      '/auth/token/refresh',
+      async ({ body, set }) => {
+        Object.assign(set.headers, NO_STORE)
+        return refreshTokenGrant(deps, { refreshToken: body.refresh_token, clientId: body.client_id, scope: body.scope })
+      },
+      { body: RefreshRequestBody, response: { 200: TokenResponseSchema }, detail: { summary: 'Rotate a refresh token for a new token pair' } },
+    )
+}
