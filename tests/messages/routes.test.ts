@@ -7,7 +7,8 @@ import { sandboxCarrier } from '../../src/messages/carrier.ts'
 import { acceptMessage, dispatchStaleQueuedMessages } from '../../src/messages/service.ts'
 import { authorizeAndRedeem, flowFixture } from '../oauth/support.ts'
 
-const server = await startTestServer()
+// These tests read the outbox as the message path writes it: no worker sends (and records attempts) meanwhile.
+const server = await startTestServer({ deliverWebhooks: false })
 const db = server.database.handle.db
 const alice = await server.createAccountWithKey('Alice')
 const bob = await server.createAccountWithKey('Bob')
