@@ -25,7 +25,7 @@ export function accountRoutes(deps: AccountRoutesDeps) {
       {
         auth: { scope: 'account:read' },
         response: { 200: AccountSchema },
-        detail: { summary: 'Get the caller\'s account', security: [{ apiKey: [] }, { bearer: ['account:read'] }] },
+        detail: { summary: "Get the caller's account" },
       },
     )
     .patch(
@@ -41,7 +41,7 @@ export function accountRoutes(deps: AccountRoutesDeps) {
         parse: 'json',
         body: UpdateAccountBody,
         response: { 200: AccountSchema },
-        detail: { summary: 'Rename the caller\'s account', security: [{ apiKey: [] }] },
+        detail: { summary: "Rename the caller's account" },
       },
     )
 }

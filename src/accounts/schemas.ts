@@ -9,6 +9,9 @@ export const AccountSchema = t.Object(
   { $id: '#/components/schemas/Account', title: 'Account' },
 )
 
+/** `{account_id}` in a path: the caller's own account (src/auth/plugin.ts `ownAccount`). */
+export const AccountParams = t.Object({ account_id: t.String({ maxLength: 64 }) })
+
 export const AccountNameSchema = t.String({
   minLength: 1,
   maxLength: 200,

@@ -1,5 +1,5 @@
 import { Elysia } from 'elysia'
-import { ApiError } from '../lib/errors.ts'
+import { ApiError, notFound } from '../lib/errors.ts'
 import type { AuthenticateApiKey, Caller } from './authenticator.ts'
 import type { Scope } from './scopes.ts'
 import type { BearerAuthenticator } from './bearer.ts'
@@ -66,13 +66,29 @@ export function keyParameter(url: string): string | undefined | typeof REPEATED 
   }
 }
 
+/** The route's OpenAPI `security`: which credentials it takes, and the scope a bearer token needs. */
+function securityOf(requirement: AuthRequirement): Record<string, string[]>[] {
+  const bearer = { bearer: requirement.scope ? [requirement.scope] : [] }
+  if (requirement.accepts === 'api_key') return [{ apiKey: [] }]
+  if (requirement.accepts === 'bearer') return [bearer]
+  return [{ apiKey: [] }, bearer]
+}
+
+/** A path naming another account than the caller's reads as missing: other accounts' ids are not confirmed to exist. */
+export function ownAccount(caller: Caller, accountId: string): string {
+  if (caller.accountId !== accountId) throw notFound('No such account.')
+  return accountId
+}
+
 /**
  * The one place that decides who is calling. Routes opt in with `{ auth: { scope } }` and
- * receive `caller`; everything else about credentials stays here.
+ * receive `caller`; the OpenAPI document's `security` of the route follows from the same
+ * requirement. Everything else about credentials stays here.
  */
 export function authPlugin(deps: AuthPluginDeps) {
   return new Elysia().macro({
     auth: (requirement: AuthRequirement) => ({
+      detail: { security: securityOf(requirement) },
       async resolve({ request }): Promise<{ caller: Caller }> {
         const authorization = request.headers.get('authorization')
         const key = keyParameter(request.url)

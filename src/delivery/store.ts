@@ -1,8 +1,6 @@
-import { and, desc, eq, lt, sql } from 'drizzle-orm'
+import { sql } from 'drizzle-orm'
 import { queryRows, type Database } from '../lib/db/client.ts'
-import { deliveries, deliveryAttempts, hooks } from '../lib/db/schema.ts'
 import { newId } from '../lib/ids.ts'
-import { decodeCursor, toPage, type Page } from '../lib/pagination.ts'
 import type { DeliveryDecision } from './policy.ts'
 import type { AttemptResult } from './send.ts'
 
@@ -34,7 +32,7 @@ export interface RecordedAttempt {
   decision: DeliveryDecision
 }
 
-/** NOTIFY channel: committed deliveries, announced by every process that writes them (src/delivery/outbox.ts). */
+/** NOTIFY channel: deliveries were committed; sent after the commit by src/delivery/commit-notifier.ts. */
 export const DELIVERIES_CHANNEL = 'deliveries_due'
 
 /** Five days of nothing but failures disable a subscription (SPEC §7); one success resets the clock. */
@@ -180,37 +178,4 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
         or (not p.succeeded and h.failing_since is null)
         or (h.status = 'active' and (p.disable_reason is not null
           or (not p.succeeded and h.failing_since < now() - make_interval(secs => ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 1000})))))`)
-}
-
-export interface DeliveryAttemptResource {
-  id: string
-  delivery_id: string
-  event_id: string
-  attempted_at: string
-  status_code: number | null
-  duration_ms: number
-  error: string | null
-  response_snippet: string
-}
-
-/** A subscription's attempt log, newest first (the caller has checked the subscription is the account's). */
-export async function listDeliveryAttempts(db: Database, hookId: string, page: { limit?: number; cursor?: string }): Promise<Page<DeliveryAttemptResource>> {
-  const limit = page.limit ?? 20
-  const before = decodeCursor(page.cursor, 'att')
-  const rows = await db
-    .select()
-    .from(deliveryAttempts)
-    .where(before ? and(eq(deliveryAttempts.hookId, hookId), lt(deliveryAttempts.id, before)) : eq(deliveryAttempts.hookId, hookId))
-    .orderBy(desc(deliveryAttempts.id))
-    .limit(limit + 1)
-  return toPage(rows, limit, (row) => ({
-    id: row.id,
-    delivery_id: row.deliveryId,
-    event_id: row.eventId,
-    attempted_at: row.attemptedAt.toISOString(),
-    status_code: row.statusCode,
-    duration_ms: row.durationMs,
-    error: row.error,
-    response_snippet: row.responseSnippet,
-  }))
 }

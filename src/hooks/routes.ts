@@ -1,18 +1,11 @@
 import { Elysia, t } from 'elysia'
-import { notFound } from '../lib/errors.ts'
 import { PageQuery, pageOf } from '../lib/pagination.ts'
 import { runIdempotently } from '../lib/idempotency.ts'
-import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
-import type { Caller } from '../auth/authenticator.ts'
-import { AccountParams, CreateHookBody, CreatedHookSchema, DeliveryAttemptSchema, HookParams, HookSchema, RotatedHookSchema } from './schemas.ts'
-import { listDeliveryAttempts } from '../delivery/store.ts'
+import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
+import { AccountParams } from '../accounts/schemas.ts'
+import { CreateHookBody, CreatedHookSchema, DeliveryAttemptSchema, HookParams, HookSchema, RotatedHookSchema } from './schemas.ts'
+import { listDeliveryAttempts } from './deliveries.ts'
 import { createHook, deleteHook, enableHook, getHook, listHooks, rotateHookSecret, toHookResource, type HookDeps } from './service.ts'
-
-/** A path naming another account than the caller's reads as missing (SPEC §7: 404). */
-function ownAccount(caller: Caller, accountId: string): string {
-  if (caller.accountId !== accountId) throw notFound('No such account.')
-  return accountId
-}
 
 export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
   return new Elysia({ tags: ['Webhooks'] })
@@ -39,7 +32,7 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
         parse: 'json',
         body: CreateHookBody,
         response: { 201: CreatedHookSchema },
-        detail: { summary: 'Subscribe an HTTPS address to an event (accepts Idempotency-Key)', security: [{ apiKey: [] }, { bearer: ['hooks:write'] }] },
+        detail: { summary: 'Subscribe an HTTPS address to an event (accepts Idempotency-Key)' },
       },
     )
     .get(
@@ -50,7 +43,7 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
         params: AccountParams,
         query: PageQuery,
         response: { 200: pageOf(HookSchema) },
-        detail: { summary: "List the account's subscriptions, newest first", security: [{ apiKey: [] }, { bearer: ['hooks:read'] }] },
+        detail: { summary: "List the account's subscriptions, newest first" },
       },
     )
     .get(
@@ -62,7 +55,7 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
         auth: { scope: 'hooks:read' },
         params: HookParams,
         response: { 200: HookSchema },
-        detail: { summary: 'Read one subscription', security: [{ apiKey: [] }, { bearer: ['hooks:read'] }] },
+        detail: { summary: 'Read one subscription' },
       },
     )
     .get(
@@ -76,7 +69,7 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
         params: HookParams,
         query: PageQuery,
         response: { 200: pageOf(DeliveryAttemptSchema) },
-        detail: { summary: "The subscription's delivery attempts, newest first", security: [{ apiKey: [] }, { bearer: ['hooks:read'] }] },
+        detail: { summary: "The subscription's delivery attempts, newest first" },
       },
     )
     // The two POSTs below take no body. Like DELETE, they ignore a JSON one and refuse only what
@@ -104,7 +97,6 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
         response: { 200: RotatedHookSchema },
         detail: {
           summary: 'Replace the signing secret; the old one also signs for 24 h (accepts Idempotency-Key)',
-          security: [{ apiKey: [] }, { bearer: ['hooks:write'] }],
         },
       },
     )
@@ -118,7 +110,7 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
         auth: { scope: 'hooks:write' },
         params: HookParams,
         response: { 200: HookSchema },
-        detail: { summary: 'Re-enable a disabled subscription (a no-op on an active one)', security: [{ apiKey: [] }, { bearer: ['hooks:write'] }] },
+        detail: { summary: 'Re-enable a disabled subscription (a no-op on an active one)' },
       },
     )
     .delete(
@@ -131,7 +123,7 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
         auth: { scope: 'hooks:write' },
         params: HookParams,
         response: { 204: t.Void() },
-        detail: { summary: 'Remove a subscription', security: [{ apiKey: [] }, { bearer: ['hooks:write'] }] },
+        detail: { summary: 'Remove a subscription' },
       },
     )
 }

@@ -1,4 +1,5 @@
 import { t } from 'elysia'
+import { AccountParams } from '../accounts/schemas.ts'
 import { EVENT_TYPES } from './event-types.ts'
 
 export const HookSchema = t.Object(
@@ -41,8 +42,7 @@ export const CreateHookBody = t.Object(
   { additionalProperties: false },
 )
 
-export const AccountParams = t.Object({ account_id: t.String({ maxLength: 64 }) })
-export const HookParams = t.Object({ account_id: t.String({ maxLength: 64 }), hook_id: t.String({ maxLength: 64 }) })
+export const HookParams = t.Object({ ...AccountParams.properties, hook_id: t.String({ maxLength: 64 }) })
 
 export const DeliveryAttemptSchema = t.Object(
   {

@@ -6,7 +6,7 @@ import { hooks } from '../lib/db/schema.ts'
 import { ApiError, notFound, validationFailed } from '../lib/errors.ts'
 import { isUniqueViolation } from '../lib/db/errors.ts'
 import { isId, newId } from '../lib/ids.ts'
-import { decodeCursor, toPage, type Page } from '../lib/pagination.ts'
+import { readPage, type Page } from '../lib/pagination.ts'
 import type { SecretBox } from '../lib/secret-box.ts'
 import type { EventType } from './event-types.ts'
 import type { HookSchema } from './schemas.ts'
@@ -80,15 +80,18 @@ export async function createHook(
 }
 
 export async function listHooks(db: Database, accountId: string, page: { limit?: number; cursor?: string }): Promise<Page<HookResource>> {
-  const limit = page.limit ?? 20
-  const before = decodeCursor(page.cursor, 'hook')
-  const rows = await db
-    .select()
-    .from(hooks)
-    .where(before ? and(eq(hooks.accountId, accountId), lt(hooks.id, before)) : eq(hooks.accountId, accountId))
-    .orderBy(desc(hooks.id))
-    .limit(limit + 1)
-  return toPage(rows, limit, toHookResource)
+  return readPage(
+    page,
+    'hook',
+    (before, take) =>
+      db
+        .select()
+        .from(hooks)
+        .where(and(eq(hooks.accountId, accountId), before ? lt(hooks.id, before) : undefined))
+        .orderBy(desc(hooks.id))
+        .limit(take),
+    toHookResource,
+  )
 }
 
 /**

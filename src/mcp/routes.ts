@@ -53,10 +53,9 @@ export function mcpRoutes(deps: McpRouteDeps) {
         body: t.Unknown({ description: 'A JSON-RPC message or batch (MCP Streamable HTTP).' }),
         detail: {
           summary: 'MCP Streamable HTTP endpoint (JSON-RPC over POST; tools for webhook subscriptions)',
-          security: [{ bearer: ['hooks:read', 'hooks:write'] }],
         },
       },
     )
-    .get('/mcp', notAllowed('GET'), { transform: checkOrigin, auth, detail: { summary: 'Not used: 405 (stateless server)', security: [{ bearer: [] }] } })
-    .delete('/mcp', notAllowed('DELETE'), { transform: checkOrigin, auth, detail: { summary: 'Not used: 405 (no sessions)', security: [{ bearer: [] }] } })
+    .get('/mcp', notAllowed('GET'), { transform: checkOrigin, auth, detail: { summary: 'Not used: 405 (stateless server)' } })
+    .delete('/mcp', notAllowed('DELETE'), { transform: checkOrigin, auth, detail: { summary: 'Not used: 405 (no sessions)' } })
 }

@@ -5,19 +5,16 @@ import type { Tool } from '@modelcontextprotocol/sdk/types.js'
 import type { Caller } from '../auth/authenticator.ts'
 import type { Scope } from '../auth/scopes.ts'
 import { ApiError, validationFailed } from '../lib/errors.ts'
-import { pageOf } from '../lib/pagination.ts'
+import { PageParams, pageOf } from '../lib/pagination.ts'
 import { EVENT_DESCRIPTIONS, EVENT_TYPES } from '../hooks/event-types.ts'
 import { CreateHookBody, CreatedHookSchema, DeliveryAttemptSchema, HookSchema } from '../hooks/schemas.ts'
 import { createHook, deleteHook, getHook, listHooks, toHookResource, type HookDeps } from '../hooks/service.ts'
-import { listDeliveryAttempts } from '../delivery/store.ts'
+import { listDeliveryAttempts } from '../hooks/deliveries.ts'
 
 const HookId = t.String({ minLength: 1, maxLength: 64, description: 'A subscription id, hook_… (from list_webhooks or create_webhook).' })
-const Limit = t.Optional(t.Integer({ minimum: 1, maximum: 100, description: 'How many to return, 1–100 (default 20).' }))
-const Cursor = t.Optional(t.String({ maxLength: 128, description: 'next_cursor from the previous call, to read the next page.' }))
-
-const ListWebhooksInput = t.Object({ limit: Limit, cursor: Cursor }, { additionalProperties: false })
+const ListWebhooksInput = t.Object(PageParams, { additionalProperties: false })
 const HookIdInput = t.Object({ hook_id: HookId }, { additionalProperties: false })
-const ListDeliveriesInput = t.Object({ hook_id: HookId, limit: Limit, cursor: Cursor }, { additionalProperties: false })
+const ListDeliveriesInput = t.Object({ hook_id: HookId, ...PageParams }, { additionalProperties: false })
 const NoInput = t.Object({}, { additionalProperties: false })
 
 const EventTypesOutput = t.Object({

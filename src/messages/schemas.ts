@@ -1,4 +1,6 @@
 import { t } from 'elysia'
+import { ApiKeyParam, PageParams } from '../lib/pagination.ts'
+import { AccountParams } from '../accounts/schemas.ts'
 import { EVENT_TYPES } from '../hooks/event-types.ts'
 
 // E.164: a plus sign and up to 15 digits.
@@ -39,11 +41,10 @@ export const EventsQuery = t.Object(
   {
     type: t.Optional(t.Union(EVENT_TYPES.map((type) => t.Literal(type)))),
     since: t.Optional(t.String({ format: 'date-time', description: 'Only events at or after this time.' })),
-    limit: t.Optional(t.Integer({ minimum: 1, maximum: 100, default: 20 })),
-    cursor: t.Optional(t.String({ maxLength: 128 })),
-    key: t.Optional(t.String({ maxLength: 256 })),
+    ...PageParams,
+    ...ApiKeyParam,
   },
   { additionalProperties: false },
 )
 
-export const MessageParams = t.Object({ account_id: t.String({ maxLength: 64 }), message_id: t.String({ maxLength: 64 }) })
+export const MessageParams = t.Object({ ...AccountParams.properties, message_id: t.String({ maxLength: 64 }) })

@@ -4,7 +4,7 @@ import type { Database } from '../lib/db/client.ts'
 import { events, messages } from '../lib/db/schema.ts'
 import { isId, newId } from '../lib/ids.ts'
 import type { Logger } from '../lib/logger.ts'
-import { decodeCursor, toPage, type Page } from '../lib/pagination.ts'
+import { readPage, type Page } from '../lib/pagination.ts'
 import type { EventType } from '../hooks/event-types.ts'
 import type { Carrier } from './carrier.ts'
 import { recordEvent, type EventPayload } from '../delivery/outbox.ts'
@@ -107,12 +107,19 @@ export async function listEvents(
   accountId: string,
   query: { type?: EventType; since?: string; limit?: number; cursor?: string },
 ): Promise<Page<EventPayload>> {
-  const limit = query.limit ?? 20
-  const before = decodeCursor(query.cursor, 'evt')
   const conditions = [eq(events.accountId, accountId)]
   if (query.type) conditions.push(eq(events.type, query.type))
   if (query.since) conditions.push(gte(events.createdAt, new Date(query.since)))
-  if (before) conditions.push(lt(events.id, before))
-  const rows = await db.select().from(events).where(and(...conditions)).orderBy(desc(events.id)).limit(limit + 1)
-  return toPage(rows, limit, (row) => JSON.parse(row.payload) as EventPayload)
+  return readPage(
+    query,
+    'evt',
+    (before, take) =>
+      db
+        .select()
+        .from(events)
+        .where(and(...conditions, before ? lt(events.id, before) : undefined))
+        .orderBy(desc(events.id))
+        .limit(take),
+    (row) => JSON.parse(row.payload) as EventPayload,
+  )
 }

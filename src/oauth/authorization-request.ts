@@ -1,22 +1,15 @@
+import type { Static } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import type { OAuthErrorCode } from '../lib/errors.ts'
 import { isLoopbackHost } from '../lib/loopback.ts'
 import { SCOPES, isScope, splitScope, type Scope } from '../auth/scopes.ts'
 import { findClient, type OAuthClient } from './clients.ts'
+import type { AuthorizeQuery } from './schemas.ts'
 
 export const DEFAULT_SCOPE: readonly Scope[] = ['account:read', 'hooks:read', 'hooks:write']
 
 /** What a client sends to start the flow (query of GET /auth/authorize, body of POST). */
-export interface AuthorizationParams {
-  client_id?: string
-  redirect_uri?: string
-  response_type?: string
-  state?: string
-  code_challenge?: string
-  code_challenge_method?: string
-  scope?: string
-  resource?: string | string[]
-}
+export type AuthorizationParams = Static<typeof AuthorizeQuery>
 
 export interface ValidAuthorizationRequest {
   client: OAuthClient

@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto'
-import { Elysia, t } from 'elysia'
+import { Elysia } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import { OAuthError } from '../lib/errors.ts'
-import { checkAuthorizationRequest, redirectWith, type AuthorizationParams } from './authorization-request.ts'
+import { checkAuthorizationRequest, redirectWith } from './authorization-request.ts'
+import { AuthorizeBody, AuthorizeQuery, AuthorizeResult } from './schemas.ts'
 import type { TokenDeps } from './tokens.ts'
 import { issueAuthorizationCode } from './grants/authorization-code.ts'
 import { oauthWireFormat } from './wire-format.ts'
@@ -31,38 +32,6 @@ function pageHeaders(nonce: string): Record<string, string> {
   }
 }
 
-const AuthorizeQuery = t.Object({
-  client_id: t.Optional(t.String({ maxLength: 256 })),
-  redirect_uri: t.Optional(t.String({ maxLength: 2048 })),
-  response_type: t.Optional(t.String({ maxLength: 64 })),
-  state: t.Optional(t.String({ maxLength: 4096 })),
-  code_challenge: t.Optional(t.String({ maxLength: 256 })),
-  code_challenge_method: t.Optional(t.String({ maxLength: 32 })),
-  scope: t.Optional(t.String({ maxLength: 512 })),
-  resource: t.Optional(t.Union([t.String({ maxLength: 2048 }), t.Array(t.String({ maxLength: 2048 }), { maxItems: 4 })])),
-})
-
-export const AuthorizeBody = t.Object(
-  {
-    client_id: t.String({ maxLength: 256 }),
-    redirect_uri: t.String({ maxLength: 2048 }),
-    id_token: t.String({ maxLength: 4096, description: "The signed-in user's id_token (POST /auth/login)." }),
-    code_challenge: t.String({ maxLength: 256 }),
-    code_challenge_method: t.String({ maxLength: 32 }),
-    state: t.Optional(t.String({ maxLength: 2048 })),
-    scope: t.Optional(t.String({ maxLength: 512 })),
-    resource: t.Optional(t.Union([t.String({ maxLength: 2048 }), t.Array(t.String({ maxLength: 2048 }), { maxItems: 4 })])),
-  },
-  { additionalProperties: false },
-)
-
-export const AuthorizeResult = t.Object({
-  code: t.String(),
-  state: t.Optional(t.String()),
-  iss: t.String(),
-  redirect_to: t.String({ description: 'redirect_uri with code, state and iss appended: where to send the browser.' }),
-})
-
 export function authorizeRoutes(deps: AuthorizeDeps) {
   return new Elysia({ tags: ['OAuth'] })
     .use(oauthWireFormat())
@@ -70,7 +39,7 @@ export function authorizeRoutes(deps: AuthorizeDeps) {
       '/auth/authorize',
       async ({ query }) => {
         const nonce = randomBytes(16).toString('base64')
-        const check = await checkAuthorizationRequest(deps.db, deps.baseUrl, query as AuthorizationParams, { requireResponseType: true })
+        const check = await checkAuthorizationRequest(deps.db, deps.baseUrl, query, { requireResponseType: true })
         if (!check.ok && !check.redirect) {
           return new Response(renderErrorPage(nonce, check.description), { status: 400, headers: pageHeaders(nonce) })
         }

@@ -1,15 +1,7 @@
-import { Elysia, t } from 'elysia'
+import { Elysia } from 'elysia'
+import { JwkSet } from './schemas.ts'
 import type { TokenSigner } from './signing-keys.ts'
 
-const PublicJwk = t.Object({
-  kty: t.Literal('EC'),
-  crv: t.Literal('P-256'),
-  x: t.String(),
-  y: t.String(),
-  kid: t.String(),
-  alg: t.Literal('ES256'),
-  use: t.Literal('sig'),
-})
 
 /**
  * The public keys that verify the service's tokens (RFC 7517 key set). A public document: no
@@ -28,7 +20,7 @@ export function jwksRoutes(deps: { signer: TokenSigner }) {
       return deps.signer.jwks()
     },
     {
-      response: { 200: t.Object({ keys: t.Array(PublicJwk) }) },
+      response: { 200: JwkSet },
       detail: { summary: 'The public keys that verify access tokens and id_tokens' },
     },
   )

@@ -147,3 +147,53 @@ export const TokenResponseSchema = t.Object(
   },
   { title: 'TokenResponse' },
 )
+
+/** What the JWKS publishes for each signing key: RFC 7518 §6.2.1 public members only. */
+export const PublicJwk = t.Object(
+  {
+    kty: t.Literal('EC'),
+    crv: t.Literal('P-256'),
+    x: t.String(),
+    y: t.String(),
+    kid: t.String(),
+    alg: t.Literal('ES256'),
+    use: t.Literal('sig'),
+  },
+  { title: 'PublicJwk' },
+)
+
+/** RFC 7517 §5: a JWK set. */
+export const JwkSet = t.Object({ keys: t.Array(PublicJwk) }, { title: 'JwkSet' })
+
+/** RFC 6749 §4.1.1 (with PKCE and RFC 8707 `resource`): the query of GET /auth/authorize. */
+export const AuthorizeQuery = t.Object({
+  client_id: t.Optional(t.String({ maxLength: 256 })),
+  redirect_uri: t.Optional(t.String({ maxLength: 2048 })),
+  response_type: t.Optional(t.String({ maxLength: 64 })),
+  state: t.Optional(t.String({ maxLength: 4096 })),
+  code_challenge: t.Optional(t.String({ maxLength: 256 })),
+  code_challenge_method: t.Optional(t.String({ maxLength: 32 })),
+  scope: t.Optional(t.String({ maxLength: 512 })),
+  resource: t.Optional(t.Union([t.String({ maxLength: 2048 }), t.Array(t.String({ maxLength: 2048 }), { maxItems: 4 })])),
+})
+
+export const AuthorizeBody = t.Object(
+  {
+    client_id: t.String({ maxLength: 256 }),
+    redirect_uri: t.String({ maxLength: 2048 }),
+    id_token: t.String({ maxLength: 4096, description: "The signed-in user's id_token (POST /auth/login)." }),
+    code_challenge: t.String({ maxLength: 256 }),
+    code_challenge_method: t.String({ maxLength: 32 }),
+    state: t.Optional(t.String({ maxLength: 2048 })),
+    scope: t.Optional(t.String({ maxLength: 512 })),
+    resource: t.Optional(t.Union([t.String({ maxLength: 2048 }), t.Array(t.String({ maxLength: 2048 }), { maxItems: 4 })])),
+  },
+  { additionalProperties: false },
+)
+
+export const AuthorizeResult = t.Object({
+  code: t.String(),
+  state: t.Optional(t.String()),
+  iss: t.String(),
+  redirect_to: t.String({ description: 'redirect_uri with code, state and iss appended: where to send the browser.' }),
+})

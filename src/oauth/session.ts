@@ -34,7 +34,7 @@ export function sessionRoutes(deps: AuthPluginDeps) {
       {
         auth: { scope: null, accepts: 'bearer', audiences: [deps.baseUrl, `${deps.baseUrl}/mcp`] },
         response: { 200: SessionSchema },
-        detail: { summary: 'Confirm a bearer token is valid and say whose it is', security: [{ bearer: [] }] },
+        detail: { summary: 'Confirm a bearer token is valid and say whose it is' },
       },
     )
 }

@@ -1,4 +1,5 @@
 import { and, eq, gt, isNull, or, sql } from 'drizzle-orm'
+import type { Static } from 'elysia'
 import { SignJWT, errors, exportJWK, generateKeyPair, importJWK, jwtVerify, type JWK, type JWTPayload, type JWTVerifyGetKey } from 'jose'
 import type { Database, DatabaseTransaction } from '../lib/db/client.ts'
 import { isUniqueViolation } from '../lib/db/errors.ts'
@@ -6,6 +7,7 @@ import { signingKeys } from '../lib/db/schema.ts'
 import { recordInvalidation } from '../lib/invalidation-feed.ts'
 import type { Logger } from '../lib/logger.ts'
 import { SecretBoxError, type SecretBox } from '../lib/secret-box.ts'
+import type { PublicJwk } from './schemas.ts'
 
 const ALG = 'ES256'
 
@@ -42,16 +44,8 @@ export interface VerifyOptions {
   audience: string
 }
 
-/** What the JWKS publishes for each key: RFC 7518 §6.2.1 public members only. */
-export interface PublicSigningJwk extends JWK {
-  kty: 'EC'
-  crv: 'P-256'
-  x: string
-  y: string
-  kid: string
-  alg: typeof ALG
-  use: 'sig'
-}
+/** What the JWKS publishes for each key. */
+export type PublicSigningJwk = Static<typeof PublicJwk>
 
 /** A payload whose signature, issuer, audience, type and times were checked. */
 export interface VerifiedToken extends JWTPayload {
