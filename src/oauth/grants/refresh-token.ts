@@ -25,9 +25,15 @@ interface SealedSuccessor {
 }
 
 /**
- * RFC 6749 §6 with rotation (OAuth 2.1 §4.3.1). A rotated token presented within the grace
- * window gets the same successor pair; after it, the presentation is taken as theft and the
- * whole grant is revoked.
+ * RFC 6749 §6 with rotation (OAuth 2.1 §4.3.1), in the order of its checklist:
+ * 1. the client is known (else 401 `invalid_client`);
+ * 2. the token exists, belongs to this client's grant, the grant is not revoked and the token
+ *    has not expired (30 days);
+ * 3. the token was not rotated before. A rotated token presented within the grace window
+ *    (`OAUTH_REFRESH_GRACE_S`: agents refresh concurrently) gets the same successor pair; after
+ *    it, the presentation is taken as theft and the whole grant is revoked;
+ * 4. the scope asked for is within the grant's;
+ * then the token is rotated: a successor pair replaces it.
  *
  * The rotation is one statement (refreshes are hot: bench/oauth.ts): it marks the token rotated
  * only if it still is not, and inserts the successor only if that happened. Of two concurrent
