@@ -1,6 +1,6 @@
 import { chmodSync, rmSync } from 'node:fs'
 import { bootInstance, logFirstRunHint } from './instance.ts'
-import { MAX_BODY_BYTES } from './lib/http.ts'
+import { RUNTIME_BODY_LIMIT } from './lib/http.ts'
 import { runCommand } from './cli/commands.ts'
 import { cliSocketPath, parseForwardedCommand } from './cli/socket.ts'
 
@@ -12,8 +12,7 @@ const server = Bun.serve({
   port: config.port,
   hostname: config.host,
   fetch: (request, server) => instance.fetch(request, server.requestIP(request)?.address),
-  // Above the app's own 1 MB limit, so the app answers 413 with a problem body; this is the backstop.
-  maxRequestBodySize: MAX_BODY_BYTES * 8,
+  maxRequestBodySize: RUNTIME_BODY_LIMIT,
 })
 
 let cliSocket: ReturnType<typeof Bun.serve> | undefined

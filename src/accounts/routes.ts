@@ -38,7 +38,6 @@ export function accountRoutes(deps: AccountRoutesDeps) {
       },
       {
         auth: { scope: null, accepts: 'api_key' },
-        parse: 'json',
         body: UpdateAccountBody,
         response: { 200: AccountSchema },
         detail: { summary: "Rename the caller's account" },

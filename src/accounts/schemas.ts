@@ -1,4 +1,5 @@
 import { t } from 'elysia'
+import { PersonName } from '../lib/text.ts'
 
 export const AccountSchema = t.Object(
   {
@@ -12,15 +13,15 @@ export const AccountSchema = t.Object(
 /** `{account_id}` in a path: the caller's own account (src/auth/plugin.ts `ownAccount`). */
 export const AccountParams = t.Object({ account_id: t.String({ maxLength: 64 }) })
 
-export const AccountNameSchema = t.String({
+export const AccountNameSchema = PersonName({
   minLength: 1,
   maxLength: 200,
-  pattern: '\\S',
-  description: 'Display name: 1 to 200 characters, not only white space.',
+  description: 'Display name: 1 to 200 characters on one line, not only white space.',
 })
 
 export const UpdateAccountBody = t.Object({ name: AccountNameSchema }, { additionalProperties: false })
 
-export const EmailSchema = t.String({ maxLength: 254, pattern: '^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$' })
+// No white space and no control characters in any part.
+export const EmailSchema = t.String({ maxLength: 254, pattern: '^[^\\s@\\u0000-\\u001f\\u007f]+@[^\\s@\\u0000-\\u001f\\u007f]+\\.[^\\s@\\u0000-\\u001f\\u007f]+$' })
 
 export const PasswordSchema = t.String({ minLength: 10, maxLength: 1024, description: 'At least 10 characters.' })

@@ -1,5 +1,6 @@
 import { Elysia } from 'elysia'
 import { ApiError, notFound } from '../lib/errors.ts'
+import { readJsonBody } from '../lib/http.ts'
 import type { AuthenticateApiKey, Caller } from './authenticator.ts'
 import type { Scope } from './scopes.ts'
 import type { BearerAuthenticator } from './bearer.ts'
@@ -11,6 +12,8 @@ export interface AuthRequirement {
   accepts?: 'api_key' | 'bearer'
   /** Audiences a bearer token may have here; default `{base_url}` (the REST API). */
   audiences?: readonly string[]
+  /** A check that comes before authentication (MCP's Origin check); throws what the caller sees. */
+  before?(request: Request): void
 }
 
 export interface AuthPluginDeps {
@@ -28,13 +31,13 @@ function unauthorized(deps: AuthPluginDeps, detail: string, tokenSent: boolean):
   return new ApiError(401, 'unauthorized', detail, { headers: { 'www-authenticate': challenge } })
 }
 
-function checkScope(caller: Caller, requirement: AuthRequirement): { caller: Caller } {
+function checkScope(caller: Caller, requirement: AuthRequirement): Caller {
   if (requirement.scope && !caller.scopes.includes(requirement.scope)) {
     throw new ApiError(403, 'insufficient_scope', `This credential lacks the ${requirement.scope} scope.`, {
       headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${requirement.scope}"` },
     })
   }
-  return { caller }
+  return caller
 }
 
 const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i
@@ -80,6 +83,39 @@ export function ownAccount(caller: Caller, accountId: string): string {
   return accountId
 }
 
+/** Who is calling, per the route's requirement; throws the 400, 401 or 403 the caller sees. */
+async function identifyCaller(deps: AuthPluginDeps, requirement: AuthRequirement, request: Request): Promise<Caller> {
+  requirement.before?.(request)
+  const authorization = request.headers.get('authorization')
+  const key = keyParameter(request.url)
+  if (key === REPEATED) throw new ApiError(400, 'ambiguous_credentials', 'Send ?key= once.')
+  if (authorization !== null && key !== undefined) {
+    throw new ApiError(400, 'ambiguous_credentials', 'Send either ?key= or an Authorization header, not both.')
+  }
+  if (authorization !== null) {
+    if (requirement.accepts === 'api_key') {
+      throw new ApiError(403, 'forbidden', 'This endpoint acts on the account itself and takes an API key only.')
+    }
+    const token = BEARER.exec(authorization)?.[1]
+    if (!token) throw unauthorized(deps, 'Send the access token as Authorization: Bearer <token>.', true)
+    let lastError = 'The access token is invalid.'
+    for (const audience of requirement.audiences ?? [deps.baseUrl]) {
+      const result = await deps.bearer.authenticate(token, audience)
+      if ('caller' in result) return checkScope(result.caller, requirement)
+      lastError = result.error
+    }
+    throw unauthorized(deps, lastError, true)
+  }
+  if (key === undefined) {
+    const how = requirement.accepts === 'bearer' ? 'Authorization: Bearer <access token>' : '?key=<API key> or Authorization: Bearer <access token>'
+    throw unauthorized(deps, `Authenticate with ${how}.`, false)
+  }
+  if (requirement.accepts === 'bearer') throw unauthorized(deps, 'This endpoint takes a bearer access token, not an API key.', false)
+  const caller = await deps.authenticateApiKey(key)
+  if (!caller) throw unauthorized(deps, 'The API key is invalid or has been revoked.', false)
+  return checkScope(caller, requirement)
+}
+
 /**
  * The one place that decides who is calling. Routes opt in with `{ auth: { scope } }` and
  * receive `caller`; the OpenAPI document's `security` of the route follows from the same
@@ -87,38 +123,35 @@ export function ownAccount(caller: Caller, accountId: string): string {
  */
 export function authPlugin(deps: AuthPluginDeps) {
   return new Elysia().macro({
-    auth: (requirement: AuthRequirement) => ({
-      detail: { security: securityOf(requirement) },
-      async resolve({ request }): Promise<{ caller: Caller }> {
-        const authorization = request.headers.get('authorization')
-        const key = keyParameter(request.url)
-        if (key === REPEATED) throw new ApiError(400, 'ambiguous_credentials', 'Send ?key= once.')
-        if (authorization !== null && key !== undefined) {
-          throw new ApiError(400, 'ambiguous_credentials', 'Send either ?key= or an Authorization header, not both.')
+    auth: (requirement: AuthRequirement) => {
+      // Once per request, whichever hook comes first: parse for requests with a body, transform
+      // for the others; both run before validation, so a caller who is nobody learns nothing
+      // about the route's schema and has no byte of its body read.
+      const callers = new WeakMap<Request, Promise<Caller>>()
+      const authenticate = (request: Request) => {
+        let caller = callers.get(request)
+        if (!caller) {
+          caller = identifyCaller(deps, requirement, request)
+          callers.set(request, caller)
         }
-        if (authorization !== null) {
-          if (requirement.accepts === 'api_key') {
-            throw new ApiError(403, 'forbidden', 'This endpoint acts on the account itself and takes an API key only.')
-          }
-          const token = BEARER.exec(authorization)?.[1]
-          if (!token) throw unauthorized(deps, 'Send the access token as Authorization: Bearer <token>.', true)
-          let lastError = 'The access token is invalid.'
-          for (const audience of requirement.audiences ?? [deps.baseUrl]) {
-            const result = await deps.bearer.authenticate(token, audience)
-            if ('caller' in result) return checkScope(result.caller, requirement)
-            lastError = result.error
-          }
-          throw unauthorized(deps, lastError, true)
-        }
-        if (key === undefined) {
-          const how = requirement.accepts === 'bearer' ? 'Authorization: Bearer <access token>' : '?key=<API key> or Authorization: Bearer <access token>'
-          throw unauthorized(deps, `Authenticate with ${how}.`, false)
-        }
-        if (requirement.accepts === 'bearer') throw unauthorized(deps, 'This endpoint takes a bearer access token, not an API key.', false)
-        const caller = await deps.authenticateApiKey(key)
-        if (!caller) throw unauthorized(deps, 'The API key is invalid or has been revoked.', false)
-        return checkScope(caller, requirement)
-      },
-    }),
+        return caller
+      }
+      const readBodyOfCaller = async ({ request }: { request: Request }) => {
+        await authenticate(request)
+        return readJsonBody(request)
+      }
+      return {
+        detail: { security: securityOf(requirement) },
+        // After the reader, which always answers, 'json' is never run: it names the media type
+        // in the OpenAPI document. Elysia runs named parsers in a macro but does not type them.
+        parse: [readBodyOfCaller, 'json'] as unknown as typeof readBodyOfCaller,
+        async transform({ request }: { request: Request }) {
+          await authenticate(request)
+        },
+        async resolve({ request }): Promise<{ caller: Caller }> {
+          return { caller: await authenticate(request) }
+        },
+      }
+    },
   })
 }

@@ -29,7 +29,6 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
       {
         auth: { scope: 'hooks:write' },
         params: AccountParams,
-        parse: 'json',
         body: CreateHookBody,
         response: { 201: CreatedHookSchema },
         detail: { summary: 'Subscribe an HTTPS address to an event (accepts Idempotency-Key)' },

@@ -5,9 +5,19 @@ import { redactedPath, type Logger } from './logger.ts'
 
 export const MAX_BODY_BYTES = 1024 * 1024
 
+/**
+ * For Bun.serve's `maxRequestBodySize`: no limit of the runtime's own, which would answer an
+ * empty 413 without a request id before the app sees the request. The app refuses a declared
+ * length over MAX_BODY_BYTES before reading a byte and stops reading a streamed body there.
+ */
+export const RUNTIME_BODY_LIMIT = Number.MAX_SAFE_INTEGER
+
 const tooLarge = () => new ApiError(413, 'payload_too_large', `Request bodies are limited to ${MAX_BODY_BYTES} bytes.`)
 
+/** The body as text, refused past MAX_BODY_BYTES whether declared (Content-Length) or streamed. */
 async function readLimitedText(request: Request): Promise<string> {
+  const declaredLength = request.headers.get('content-length')
+  if (declaredLength !== null && Number(declaredLength) > MAX_BODY_BYTES) throw tooLarge()
   if (!request.body) return ''
   const reader = request.body.getReader()
   const chunks: Uint8Array[] = []
@@ -38,29 +48,85 @@ function isJsonContentType(contentType: string): boolean {
   return mediaType === 'application/json' || (mediaType.startsWith('application/') && mediaType.endsWith('+json'))
 }
 
-const FORM_MEDIA_TYPE = 'application/x-www-form-urlencoded'
+export const isFormContentType = (contentType: string | undefined | null) =>
+  contentType != null && mediaTypeOf(contentType) === 'application/x-www-form-urlencoded'
 
-/** Form bodies taken by a feature's own parser (`parseFormBody`); any other form body is refused. */
-const formBodiesTaken = new WeakSet<Request>()
+const unsupportedMediaType = () => new ApiError(415, 'unsupported_media_type', 'Send JSON bodies with Content-Type: application/json.')
+
+const nulRefused = (path: string) => validationFailed([{ path, message: 'must not contain a NUL character' }])
+
+/** The JSON Pointer of the first key or string holding a NUL, which no text column can store. */
+function pathOfNul(value: unknown, path = ''): string | null {
+  if (typeof value === 'string') return value.includes('\u0000') ? path || '/' : null
+  if (value === null || typeof value !== 'object') return null
+  for (const [key, item] of Object.entries(value)) {
+    const itemPath = `${path}/${key.replaceAll('~', '~0').replaceAll('/', '~1')}`
+    if (key.includes('\u0000')) return itemPath
+    const found = pathOfNul(item, itemPath)
+    if (found) return found
+  }
+  return null
+}
 
 /**
- * For a feature plugin whose endpoints also take form bodies (the OAuth token endpoints):
- * reads one within the size limit. A parameter sent twice is refused, never resolved by
- * picking one (RFC 6749 §3.2 asks this of OAuth; nothing else wants it either).
+ * The body of a request that sent none: routes without a body ignore it, a route with a body
+ * schema refuses it as unreadable (toApiError), never as "expected an object".
+ */
+export const NO_BODY: unique symbol = Symbol('no body')
+
+/**
+ * Bodies read by our own readers. Anything else a route received was parsed by the framework's
+ * default parser, which no route of ours asks for: it is refused (see httpFoundation).
+ */
+const bodiesRead = new WeakSet<Request>()
+
+/**
+ * The JSON body of a request, within the size limit: NO_BODY when there is none, 415 for another
+ * media type, 400 for malformed JSON, 422 for a NUL anywhere in it. Called once the caller is
+ * known (src/auth/plugin.ts) or, at public endpoints, by `jsonBodies()`.
+ */
+export async function readJsonBody(request: Request): Promise<unknown> {
+  bodiesRead.add(request)
+  // The header as sent: the framework reports none when the body is empty.
+  const contentType = request.headers.get('content-type')
+  if (!contentType) {
+    if ((await readLimitedText(request)).length === 0) return NO_BODY
+    throw unsupportedMediaType()
+  }
+  if (!isJsonContentType(contentType)) throw unsupportedMediaType()
+  const text = await readLimitedText(request)
+  if (text.length === 0) return NO_BODY
+  let body: unknown
+  try {
+    body = JSON.parse(text)
+  } catch {
+    throw badRequest('invalid_json', 'The request body is not valid JSON.')
+  }
+  // JSON can only carry a NUL escaped: without that escape in the text there is none to find.
+  if (text.includes('\\u0000')) {
+    const path = pathOfNul(body)
+    if (path) throw nulRefused(path)
+  }
+  return body
+}
+
+/**
+ * A form body (for the OAuth endpoints, which standard clients call with forms), within the
+ * size limit. A parameter sent twice is refused, never resolved by picking one (RFC 6749 §3.2).
  */
 export async function parseFormBody(request: Request): Promise<Record<string, string>> {
-  formBodiesTaken.add(request)
+  bodiesRead.add(request)
   const form: Record<string, string> = {}
   for (const [name, value] of new URLSearchParams(await readLimitedText(request))) {
     if (Object.hasOwn(form, name)) throw badRequest('invalid_request', `The ${name} parameter is repeated.`)
+    if (name.includes('\u0000') || value.includes('\u0000')) throw nulRefused(`/${name}`)
     form[name] = value
   }
   return form
 }
 
-export const isFormContentType = (contentType: string | undefined | null) => contentType != null && mediaTypeOf(contentType) === FORM_MEDIA_TYPE
-
-const unsupportedMediaType = () => new ApiError(415, 'unsupported_media_type', 'Send JSON bodies with Content-Type: application/json.')
+/** For a public feature plugin (no `auth` on its routes) that takes JSON bodies: `.use(jsonBodies())`. */
+export const jsonBodies = () => new Elysia().onParse({ as: 'scoped' }, ({ request }) => readJsonBody(request))
 
 interface ValidationIssue {
   path?: string
@@ -94,7 +160,9 @@ function toApiError(code: string | number, error: unknown, request: Request): Ap
       return badRequest('invalid_json', 'The request body is not valid JSON.')
     }
     case 'VALIDATION': {
-      const validation = error as { type?: string; all?: ValidationIssue[] }
+      const validation = error as { type?: string; value?: unknown; all?: ValidationIssue[] }
+      // A route that takes a body got none: as unreadable as malformed JSON. Routes without a body ignore one.
+      if (validation.type === 'body' && validation.value === NO_BODY) return badRequest('invalid_json', 'The request has no body: send JSON.')
       return validationFailed(fieldErrors(validation, validation.type ?? 'body'))
     }
     case 'NOT_FOUND':
@@ -108,33 +176,20 @@ function toApiError(code: string | number, error: unknown, request: Request): Ap
 }
 
 /**
- * Inside the app: JSON bodies within the size limit and one problem+json body for every
- * failure. Routes with a body still declare `parse: 'json'`: the OpenAPI document reads media
- * types from there, while the parser below (which runs first) does the parsing. A form body is
- * left to the feature plugins that parse one (`parseFormBody`); at any other route it is 415.
+ * Inside the app: one problem+json body for every failure. Bodies are read by the route's own
+ * reader, never before the caller is known: `readJsonBody` from the auth macro at protected
+ * routes, `jsonBodies()` or the OAuth wire format at public ones (which still declare
+ * `parse: 'json'`, never reached, so that the OpenAPI document names the media type).
  */
 export function httpFoundation(logger: Logger) {
   return new Elysia()
     .error({ ApiError })
-    .onParse({ as: 'global' }, async ({ request, contentType }) => {
-      const declaredLength = request.headers.get('content-length')
-      if (declaredLength !== null && Number(declaredLength) > MAX_BODY_BYTES) throw tooLarge()
-      if (!contentType) {
-        const text = await readLimitedText(request)
-        if (text.length === 0) return undefined
-        throw unsupportedMediaType()
-      }
-      if (isFormContentType(contentType)) return undefined
-      if (!isJsonContentType(contentType)) throw unsupportedMediaType()
-      const text = await readLimitedText(request)
-      try {
-        return JSON.parse(text)
-      } catch {
-        throw badRequest('invalid_json', 'The request body is not valid JSON.')
-      }
-    })
     .onTransform({ as: 'global' }, ({ request, body }) => {
-      if (body !== undefined && !formBodiesTaken.has(request) && isFormContentType(request.headers.get('content-type'))) throw unsupportedMediaType()
+      if (body !== undefined && !bodiesRead.has(request)) throw unsupportedMediaType()
+    })
+    .onBeforeHandle({ as: 'global' }, ({ request }) => {
+      // A NUL can reach a handler only percent-encoded in the path or the query.
+      if (request.url.includes('%00')) throw nulRefused('url')
     })
     .onError({ as: 'global' }, ({ code, error, set, request }) => {
       // The request id is made here only for failures; requestHandler adds one to every other response.

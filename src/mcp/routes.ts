@@ -23,13 +23,14 @@ export const mcpResourceMetadataUrl = (publicUrl: string) => `${publicUrl}/.well
  * sends nothing unprompted and has no session to end (docs/mcp.md).
  */
 export function mcpRoutes(deps: McpRouteDeps) {
-  const auth = { scope: null, accepts: 'bearer' as const, audiences: [`${deps.baseUrl}/mcp`] }
-  const checkOrigin = ({ request }: { request: Request }) => {
+  const checkOrigin = (request: Request) => {
     const origin = request.headers.get('origin')
     if (origin !== null && !isAllowedOrigin(origin, { publicUrl: deps.publicUrl, allowed: deps.allowedOrigins })) {
       throw new ApiError(403, 'origin_not_allowed', `Requests from the origin ${origin.slice(0, 200)} are not accepted here (DNS rebinding protection).`)
     }
   }
+  // The Origin check comes before authentication: a page on another origin learns nothing.
+  const auth = { scope: null, accepts: 'bearer' as const, audiences: [`${deps.baseUrl}/mcp`], before: checkOrigin }
   const notAllowed = (method: string) => () => {
     throw new ApiError(405, 'method_not_allowed', `${method} is not used: this MCP server is stateless (no server-initiated stream, no session). Send JSON-RPC with POST.`, {
       headers: { allow: 'POST, OPTIONS' },
@@ -47,15 +48,13 @@ export function mcpRoutes(deps: McpRouteDeps) {
         return response
       },
       {
-        transform: checkOrigin,
         auth,
-        parse: 'json',
         body: t.Unknown({ description: 'A JSON-RPC message or batch (MCP Streamable HTTP).' }),
         detail: {
           summary: 'MCP Streamable HTTP endpoint (JSON-RPC over POST; tools for webhook subscriptions)',
         },
       },
     )
-    .get('/mcp', notAllowed('GET'), { transform: checkOrigin, auth, detail: { summary: 'Not used: 405 (stateless server)' } })
-    .delete('/mcp', notAllowed('DELETE'), { transform: checkOrigin, auth, detail: { summary: 'Not used: 405 (no sessions)' } })
+    .get('/mcp', notAllowed('GET'), { auth, detail: { summary: 'Not used: 405 (stateless server)' } })
+    .delete('/mcp', notAllowed('DELETE'), { auth, detail: { summary: 'Not used: 405 (no sessions)' } })
 }

@@ -22,7 +22,6 @@ export function messageRoutes(deps: MessageDeps & AuthPluginDeps) {
       {
         auth: { scope: 'messages:send' },
         params: AccountParams,
-        parse: 'json',
         body: SendMessageBody,
         response: { 202: MessageSchema },
         detail: { summary: 'Send a message (the sandbox carrier decides its outcome)' },
@@ -52,7 +51,6 @@ export function messageRoutes(deps: MessageDeps & AuthPluginDeps) {
       {
         auth: { scope: 'messages:send' },
         params: AccountParams,
-        parse: 'json',
         body: InboundMessageBody,
         response: { 201: MessageSchema },
         detail: { summary: 'Sandbox: simulate a contact writing back' },

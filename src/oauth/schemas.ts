@@ -1,5 +1,6 @@
 import { t } from 'elysia'
 import { Type } from '@sinclair/typebox'
+import { PersonName } from '../lib/text.ts'
 import { SCOPES } from '../auth/scopes.ts'
 
 export const MAX_REDIRECT_URIS = 10
@@ -32,7 +33,7 @@ export const ClientRegistrationRequest = t.Object(
         `Where the user may be sent back, each at most ${MAX_REDIRECT_URI_LENGTH} characters, no fragment, no userinfo: ` +
         'https; http only on a loopback host (127.0.0.1, [::1], localhost); or a private-use scheme such as `com.example.app:/cb`.',
     }),
-    client_name: t.Optional(t.String({ maxLength: MAX_CLIENT_NAME_LENGTH, description: 'Shown to the user on the consent page.' })),
+    client_name: t.Optional(PersonName({ maxLength: MAX_CLIENT_NAME_LENGTH, description: 'Shown to the user on the consent page: one line, no control characters.' })),
     scope: t.Optional(t.String({ minLength: 1, maxLength: MAX_SCOPE_LENGTH, description: scopeDescription })),
     grant_types: t.Optional(
       t.Array(GrantType, { minItems: 1, description: 'Default `["authorization_code", "refresh_token"]`.' }),

@@ -3,7 +3,7 @@ import { Elysia, t } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import { users } from '../lib/db/schema.ts'
 import { ApiError } from '../lib/errors.ts'
-import { clientAddressOf } from '../lib/http.ts'
+import { clientAddressOf, jsonBodies } from '../lib/http.ts'
 import { hashPassword, verifyPassword } from '../lib/crypto.ts'
 import { clearHits, countHit, peekHits, type RateLimitWindow } from '../lib/rate-limit.ts'
 import { normalizeEmail } from '../accounts/service.ts'
@@ -74,7 +74,9 @@ export const SignInResult = t.Object({
 })
 
 export function signInRoutes(deps: SignInDeps) {
-  return new Elysia({ tags: ['OAuth'] }).post(
+  return new Elysia({ tags: ['OAuth'] })
+    .use(jsonBodies())
+    .post(
     '/auth/login',
     async ({ body, request, set }) => {
       set.headers['cache-control'] = 'no-store'

@@ -1,6 +1,6 @@
 import { Elysia } from 'elysia'
 import { PROBLEM_CONTENT_TYPE, oauthErrorFor, type OAuthErrorCode, type Problem } from '../lib/errors.ts'
-import { isFormContentType, parseFormBody } from '../lib/http.ts'
+import { isFormContentType, parseFormBody, readJsonBody } from '../lib/http.ts'
 
 export interface OAuthWireFormatOptions {
   /** The error code of a body that breaks the schema: `invalid_client_metadata` at registration (RFC 7591 §3.2.2). */
@@ -12,21 +12,20 @@ export interface OAuthWireFormatOptions {
 /**
  * The wire format of OAuth endpoints, for a feature plugin to `.use()` the way it uses `cors()`:
  * its routes answer failures with the OAuth error object (RFC 6749 §5.2) instead of
- * problem+json, never cached, and optionally take form bodies. The shared HTTP layer shapes
+ * problem+json, never cached; their JSON (and optionally form) bodies are read here. The shared HTTP layer shapes
  * every failure as problem+json; this rewrites that body on the way out, so adding an OAuth
  * endpoint is a matter of using this plugin in its feature, never of editing src/lib/http.ts.
  */
 export function oauthWireFormat(options: OAuthWireFormatOptions = {}) {
   const invalidBody = options.invalidBody ?? 'invalid_request'
-  const plugin = new Elysia().mapResponse({ as: 'scoped' }, ({ responseValue, set }) => {
+  const forms = options.forms ?? false
+  return new Elysia()
+    .onParse({ as: 'scoped' }, ({ request }) => (forms && isFormContentType(request.headers.get('content-type')) ? parseFormBody(request) : readJsonBody(request)))
+    .mapResponse({ as: 'scoped' }, ({ responseValue, set }) => {
     if (set.headers['content-type'] !== PROBLEM_CONTENT_TYPE) return undefined
     const { status, body } = oauthErrorFor(responseValue as Problem, invalidBody)
     set.headers['content-type'] = 'application/json'
     set.headers['cache-control'] = 'no-store'
     return Response.json(body, { status, headers: set.headers as Record<string, string> })
   })
-  if (options.forms) {
-    plugin.onParse({ as: 'scoped' }, ({ request, contentType }) => (isFormContentType(contentType) ? parseFormBody(request) : undefined))
-  }
-  return plugin
 }

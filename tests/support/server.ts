@@ -1,7 +1,7 @@
 import { afterAll } from 'bun:test'
 import { loadConfig, type Config } from '../../src/lib/config.ts'
 import { createLogger } from '../../src/lib/logger.ts'
-import { MAX_BODY_BYTES, type FetchHandler } from '../../src/lib/http.ts'
+import { RUNTIME_BODY_LIMIT, type FetchHandler } from '../../src/lib/http.ts'
 import { createInstance, type Instance } from '../../src/instance.ts'
 import { createAccount } from '../../src/accounts/service.ts'
 import { createApiKey } from '../../src/auth/api-keys.ts'
@@ -44,7 +44,7 @@ export async function startTestServer(
     port: 0,
     hostname: '127.0.0.1',
     fetch: (request, server) => handle(request, server.requestIP(request)?.address),
-    maxRequestBodySize: MAX_BODY_BYTES * 8,
+    maxRequestBodySize: RUNTIME_BODY_LIMIT,
   })
   const origin = `http://127.0.0.1:${server.port}`
   const config = loadConfig({ PORT: String(server.port), PUBLIC_URL: origin, LOG_LEVEL: 'debug', ENCRYPTION_KEY: TEST_ENCRYPTION_KEY, ...options.env })
