@@ -76,6 +76,7 @@ export function createApp(deps: AppDeps) {
             secretBox: deps.secretBox,
             isForbiddenHost,
             allowPrivateTargets: deps.config.webhookAllowPrivateTargets,
+            hooksPerAccount: deps.config.hooksPerAccount,
           }),
         )
         .use(
@@ -85,6 +86,7 @@ export function createApp(deps: AppDeps) {
             secretBox: deps.secretBox,
             isForbiddenHost,
             allowPrivateTargets: deps.config.webhookAllowPrivateTargets,
+            hooksPerAccount: deps.config.hooksPerAccount,
             publicUrl: deps.config.publicUrl,
             allowedOrigins: deps.config.mcpAllowedOrigins,
           }),

@@ -5,6 +5,8 @@ import { cliSocketPath, type ForwardedCommand } from './cli/socket.ts'
 import { createLogger } from './lib/logger.ts'
 import { createSecretBox, resolveEncryptionKey } from './lib/secret-box.ts'
 
+// Run on PGlite, the CLI opens DATA_DIR itself: it creates nothing open to other users either.
+process.umask(0o077)
 const argv = process.argv.slice(2)
 const config = loadConfigOrExit(process.env)
 

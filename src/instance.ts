@@ -4,6 +4,7 @@ import type { DatabaseHandle } from './lib/db/client.ts'
 import { openPgliteDirectory, pgliteDatabase, postgresDatabase } from './lib/db/client.ts'
 import { migratePgliteDatabase, migratePostgresDatabase } from './lib/db/migrate.ts'
 import { DataDirLockedError, acquireDataDirLock } from './lib/db/data-dir-lock.ts'
+import { closeToOthers } from './lib/file-modes.ts'
 import { accounts } from './lib/db/schema.ts'
 import { startInvalidationFeed } from './lib/invalidation-feed.ts'
 import { createLogger, type Logger } from './lib/logger.ts'
@@ -17,6 +18,7 @@ import { dispatchStaleQueuedMessages } from './messages/service.ts'
 import { prepareActiveKeyLookup } from './auth/api-keys.ts'
 import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/secret-box.ts'
 import { createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
+import { startSuccessorErasure } from './oauth/grants/refresh-token.ts'
 import { startDeliveryWorker } from './delivery/supervisor.ts'
 import { createCommitNotifier } from './delivery/commit-notifier.ts'
 
@@ -42,10 +44,15 @@ export async function openConfiguredDatabase(config: Config): Promise<OpenedData
   try {
     const handle = pgliteDatabase(await openPgliteDirectory(config.dataDir))
     await migratePgliteDatabase(handle)
+    // PGlite chooses the modes of its files itself (0666 for the database it creates, whatever
+    // the umask): close everything to other users once it is open and migrated, and again once
+    // it has written its last files on close.
+    closeToOthers(config.dataDir, { recursive: true })
     return {
       handle,
       async close() {
         await handle.close()
+        closeToOthers(config.dataDir, { recursive: true })
         lock.release()
       },
     }
@@ -132,17 +139,19 @@ export async function createInstance(options: {
     syncCaches: feed.pollNow,
   })
   const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger }) : undefined
+  const successorErasure = startSuccessorErasure({ db: handle.db, graceSeconds: config.oauthRefreshGraceSeconds, logger })
   const caughtUp = await dispatchStaleQueuedMessages({ db: handle.db, carrier: sandboxCarrier, logger, deliveriesQueued })
   if (caughtUp > 0) logger.info('dispatched messages left queued by a stopped process', { count: caughtUp })
   return {
     app,
-    fetch: requestHandler(app, logger),
+    fetch: requestHandler(app, logger, { trustedProxies: config.trustedProxies }),
     syncCaches: feed.pollNow,
     signer,
     secretBox,
     async stop() {
       feed.stop()
       notifier?.stop()
+      await successorErasure.stop()
       await worker?.stop()
     },
   }

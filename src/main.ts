@@ -5,6 +5,11 @@ import { runCommand } from './cli/commands.ts'
 import { cliSocketPath, parseForwardedCommand } from './cli/socket.ts'
 
 // The Bun adapter: everything Bun-specific (Bun.serve, the CLI socket) stays in this file.
+
+// Nothing this process creates is meant for other users (DATA_DIR holds the database, the
+// encryption key and the CLI socket), so nothing is created open to them, as PostgreSQL's own
+// server does (umask 077). Process-wide, and set before anything is created.
+process.umask(0o077)
 const booted = await bootInstance(process.env, { deliverWebhooks: true })
 const { config, logger, database, instance } = booted
 

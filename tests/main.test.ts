@@ -1,6 +1,7 @@
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { existsSync } from 'node:fs'
+import { chmodSync, existsSync, lstatSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { PGlite } from '@electric-sql/pglite'
 import { ROOT, freshDataDir, runCli, startServerProcess } from './support/process.ts'
 import { createTestDatabase } from './support/database.ts'
 
@@ -88,5 +89,63 @@ describe('bun src/main.ts', () => {
     })
     expect(result.exitCode).toBe(1)
     expect(result.stderr.toString().trim()).toStartWith('DATABASE_URL: cannot open the database')
+  })
+})
+
+/** Every path under `dir`, itself included, whose mode lets the group or others in. */
+function openToOthers(dir: string): string[] {
+  const found: string[] = []
+  const visit = (path: string) => {
+    const stat = lstatSync(path)
+    if (stat.mode & 0o077) found.push(`${(stat.mode & 0o777).toString(8)} ${path}`)
+    if (stat.isDirectory()) for (const name of readdirSync(path)) visit(join(path, name))
+  }
+  visit(dir)
+  return found
+}
+
+describe('DATA_DIR permissions', () => {
+  // A database of their own: on PostgreSQL each DATA_DIR holds its own encryption key.
+  async function startOn(dataDir: string) {
+    const own = await createTestDatabase()
+    if (own.url) await own.handle.close()
+    const server = await startServerProcess(['bun', 'src/main.ts'], own.url ? { DATABASE_URL: own.url, DATA_DIR: dataDir } : { DATA_DIR: dataDir })
+    await server.waitForOutput('"msg":"listening"')
+    return { server, drop: () => own.drop() }
+  }
+
+  async function expectClosedToOthers(dataDir: string) {
+    const { server, drop } = await startOn(dataDir)
+    try {
+      if (!database.url) expect(existsSync(join(dataDir, 'cli.sock'))).toBe(true)
+      expect(existsSync(join(dataDir, 'encryption.key'))).toBe(true)
+      expect(lstatSync(dataDir).mode & 0o777).toBe(0o700)
+      expect(openToOthers(dataDir)).toEqual([])
+    } finally {
+      expect(await server.stop('SIGTERM')).toBe(0)
+      await drop()
+    }
+    // What the database writes as it shuts down included.
+    expect(openToOthers(dataDir)).toEqual([])
+  }
+
+  test('a fresh DATA_DIR is 0700 and nothing in it is open to the group or others, running or stopped', async () => {
+    await expectClosedToOthers(freshDataDir())
+  })
+
+  test('a DATA_DIR that existed open (a volume: 0755, files 0666, as earlier versions left it) is closed at start', async () => {
+    const dataDir = freshDataDir()
+    mkdirSync(dataDir, { mode: 0o755 })
+    chmodSync(dataDir, 0o755)
+    if (!database.url) {
+      // An embedded database written the way earlier versions wrote it: directories 0755, files 0666.
+      const earlier = await PGlite.create(dataDir)
+      await earlier.close()
+    }
+    writeFileSync(join(dataDir, 'encryption.key'), Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64url'))
+    chmodSync(join(dataDir, 'encryption.key'), 0o666)
+    expect(openToOthers(dataDir)).toContain(`755 ${dataDir}`)
+    expect(openToOthers(dataDir)).toContain(`666 ${join(dataDir, 'encryption.key')}`)
+    await expectClosedToOthers(dataDir)
   })
 })

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto'
-import { and, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, count, desc, eq, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
-import { hooks } from '../lib/db/schema.ts'
+import { accounts, hooks } from '../lib/db/schema.ts'
 import { ApiError, notFound, validationFailed } from '../lib/errors.ts'
 import { isUniqueViolation } from '../lib/db/errors.ts'
 import { isId, newId } from '../lib/ids.ts'
@@ -20,6 +20,8 @@ export interface HookDeps {
   /** True for a host that names a private, loopback, link-local… address (src/delivery/ssrf.ts). */
   isForbiddenHost(hostname: string): boolean
   allowPrivateTargets: boolean
+  /** HOOKS_PER_ACCOUNT: the subscriptions one account may hold. */
+  hooksPerAccount: number
 }
 
 export function toHookResource(hook: Hook): HookResource {
@@ -58,6 +60,23 @@ export function checkTargetUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHos
 // Standard Webhooks secrets: `whsec_` and base64 of 24 to 64 random bytes.
 const newSigningSecret = () => `whsec_${randomBytes(32).toString('base64')}`
 
+/** REST and MCP alike: the account holds as many subscriptions as it may. */
+const hooksLimitReached = (limit: number) =>
+  new ApiError(
+    409,
+    'hooks_limit_reached',
+    `This account already holds ${limit} subscriptions, the most it may hold. Delete one it no longer needs ` +
+      `(DELETE /v0/account/{account_id}/hooks/{hook_id}) and try again; the service's operator sets the limit (HOOKS_PER_ACCOUNT).`,
+  )
+
+/**
+ * Creates a subscription unless the account already holds `hooksPerAccount` of them. Counting
+ * and inserting in one statement would not be enough: under READ COMMITTED two concurrent
+ * creates would each count the other's row as absent. So creates for one account queue on the
+ * account's row (FOR NO KEY UPDATE, which foreign-key checks of other writes for the account do
+ * not wait for), and each counts, in a statement of its own, what the one before it committed.
+ * On PGlite transactions already run one at a time.
+ */
 export async function createHook(
   deps: HookDeps,
   accountId: string,
@@ -65,12 +84,16 @@ export async function createHook(
 ): Promise<{ hook: Hook; secret: string }> {
   const targetUrl = checkTargetUrl(input.target_url, deps)
   const secret = newSigningSecret()
+  const secretCiphertext = await deps.secretBox.seal(secret)
   try {
-    const [hook] = await deps.db
-      .insert(hooks)
-      .values({ id: newId('hook'), accountId, event: input.event, targetUrl, secretCiphertext: await deps.secretBox.seal(secret) })
-      .returning()
-    return { hook: hook!, secret }
+    const hook = await deps.db.transaction(async (tx) => {
+      await tx.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, accountId)).for('no key update')
+      const [held] = await tx.select({ n: count() }).from(hooks).where(eq(hooks.accountId, accountId))
+      if (held!.n >= deps.hooksPerAccount) throw hooksLimitReached(deps.hooksPerAccount)
+      const [inserted] = await tx.insert(hooks).values({ id: newId('hook'), accountId, event: input.event, targetUrl, secretCiphertext }).returning()
+      return inserted!
+    })
+    return { hook, secret }
   } catch (error) {
     if (isUniqueViolation(error)) {
       throw new ApiError(409, 'conflict', `This account already has a ${input.event} subscription for ${targetUrl}.`)

@@ -1,6 +1,7 @@
 import { Type as t, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { readFileSync } from 'node:fs'
+import { parseTrustedProxies } from './client-address.ts'
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const
 
@@ -18,7 +19,9 @@ const EnvSchema = t.Object({
   WEBHOOK_RETRY_SCHEDULE: t.String({ pattern: '^\\s*\\d+(ms|s|m|h)?(\\s*,\\s*\\d+(ms|s|m|h)?)*\\s*$', default: '0,5s,5m,30m,2h,5h,10h,14h,20h,24h' }),
   WEBHOOK_CA_FILE: t.Optional(t.String({ minLength: 1 })),
   WEBHOOK_CONCURRENCY: t.Integer({ minimum: 1, maximum: 1024, default: 64 }),
+  HOOKS_PER_ACCOUNT: t.Integer({ minimum: 1, maximum: 10_000, default: 100 }),
   MCP_ALLOWED_ORIGINS: t.Optional(t.String()),
+  TRUSTED_PROXIES: t.Optional(t.String()),
 })
 
 export type LogLevel = (typeof LOG_LEVELS)[number]
@@ -49,8 +52,12 @@ export interface Config {
   webhookCaPem: string | undefined
   /** Deliveries in flight at once in this process. */
   webhookConcurrency: number
+  /** Webhook subscriptions one account may hold. */
+  hooksPerAccount: number
   /** Browser origins allowed to call the MCP endpoint besides PUBLIC_URL's and loopback ones. */
   mcpAllowedOrigins: string[]
+  /** Normalised CIDRs of the load balancers whose X-Forwarded-For is believed (src/lib/client-address.ts); empty: none. */
+  trustedProxies: string[]
 }
 
 export class ConfigError extends Error {}
@@ -85,7 +92,9 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     webhookRetrySchedule: parseDurations(parsed.WEBHOOK_RETRY_SCHEDULE),
     webhookCaPem: parsed.WEBHOOK_CA_FILE === undefined ? undefined : readCaFile(parsed.WEBHOOK_CA_FILE),
     webhookConcurrency: parsed.WEBHOOK_CONCURRENCY,
+    hooksPerAccount: parsed.HOOKS_PER_ACCOUNT,
     mcpAllowedOrigins: parseOrigins(parsed.MCP_ALLOWED_ORIGINS ?? ''),
+    trustedProxies: readTrustedProxies(parsed.TRUSTED_PROXIES ?? ''),
   }
 }
 
@@ -105,6 +114,14 @@ function parseOrigins(raw: string): string[] {
       }
       return url.origin
     })
+}
+
+function readTrustedProxies(raw: string): string[] {
+  try {
+    return parseTrustedProxies(raw)
+  } catch (error) {
+    throw new ConfigError(`TRUSTED_PROXIES: ${(error as Error).message}`)
+  }
 }
 
 function readCaFile(path: string): string {

@@ -1,7 +1,8 @@
 import { Elysia } from 'elysia'
 import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, internalError, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
 import { newId } from './ids.ts'
-import { redactedPath, type Logger } from './logger.ts'
+import { describeError, redactedPath, type Logger } from './logger.ts'
+import { clientAddress as resolveClientAddress, trustedProxies, type TrustedProxies } from './client-address.ts'
 
 export const MAX_BODY_BYTES = 1024 * 1024
 
@@ -200,8 +201,8 @@ export function httpFoundation(logger: Logger) {
         logger.error('unhandled error', {
           request_id: requestId,
           path: redactedPath(request.url),
-          error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-          stack: error instanceof Error ? error.stack : undefined,
+          // A failed query without its parameters: SQLSTATE, the driver's message, the SQL text.
+          ...describeError(error),
         })
         apiError = internalError(requestId)
       }
@@ -216,9 +217,18 @@ export function httpFoundation(logger: Logger) {
 export type FetchHandler = (request: Request, clientAddress?: string) => Response | Promise<Response>
 
 const clientAddresses = new WeakMap<Request, string>()
+/** Set only when TRUSTED_PROXIES is: the proxies whose X-Forwarded-For this request's address is read from. */
+const proxiesOf = new WeakMap<Request, TrustedProxies>()
+const NO_PROXIES: TrustedProxies = () => false
 
-/** The IP address the request came from, as the runtime saw it ('unknown' when it did not say). */
-export const clientAddressOf = (request: Request): string => clientAddresses.get(request) ?? 'unknown'
+/**
+ * The client's IP address: the socket's peer as the runtime saw it ('unknown' when it did not
+ * say), or behind trusted proxies the address they forwarded (src/lib/client-address.ts).
+ */
+export function clientAddressOf(request: Request): string {
+  const proxies = proxiesOf.get(request)
+  return resolveClientAddress(clientAddresses.get(request), proxies ? request.headers.get('x-forwarded-for') : null, proxies ?? NO_PROXIES)
+}
 
 function withRequestId(response: Response): [Response, string] {
   const existing = response.headers.get('x-request-id')
@@ -240,8 +250,13 @@ function withRequestId(response: Response): [Response, string] {
  * per request. Kept out of Elysia's lifecycle hooks, which cost microseconds on every request
  * even when empty, and synchronous whenever the app answers synchronously (docs/performance.md).
  */
-export function requestHandler(app: { fetch(request: Request): Response | Promise<Response> }, logger: Logger): FetchHandler {
+export function requestHandler(
+  app: { fetch(request: Request): Response | Promise<Response> },
+  logger: Logger,
+  options: { trustedProxies?: readonly string[] } = {},
+): FetchHandler {
   const logRequests = logger.isEnabled('info')
+  const proxies = options.trustedProxies?.length ? trustedProxies(options.trustedProxies) : undefined
 
   const finish = (request: Request, start: number, answered: Response): Response => {
     const [response, requestId] = withRequestId(answered)
@@ -259,13 +274,16 @@ export function requestHandler(app: { fetch(request: Request): Response | Promis
 
   const failed = (request: Request, error: unknown): Response => {
     const requestId = newId('req')
-    logger.error('unhandled error', { request_id: requestId, path: redactedPath(request.url), error: String(error) })
+    logger.error('unhandled error', { request_id: requestId, path: redactedPath(request.url), ...describeError(error) })
     return problemResponse(internalError(requestId), requestId)
   }
 
   return function handle(request, clientAddress) {
     const start = performance.now()
-    if (clientAddress !== undefined) clientAddresses.set(request, clientAddress)
+    if (clientAddress !== undefined) {
+      clientAddresses.set(request, clientAddress)
+      if (proxies) proxiesOf.set(request, proxies)
+    }
     let answered: Response | Promise<Response>
     try {
       answered = app.fetch(request)

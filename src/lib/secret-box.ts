@@ -1,5 +1,6 @@
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { closeToOthers } from './file-modes.ts'
 import type { Logger } from './logger.ts'
 
 /**
@@ -44,16 +45,24 @@ export async function createSecretBox(keyBytes: Uint8Array): Promise<SecretBox> 
 
 /**
  * ENCRYPTION_KEY when set; otherwise `DATA_DIR/encryption.key`, created on first use (mode
- * 0600). Fine for one instance; several instances must share one ENCRYPTION_KEY.
+ * 0600). Fine for one instance; several instances must share one ENCRYPTION_KEY. A key file
+ * or DATA_DIR found open to other users (copied in, a volume made by someone else) is closed:
+ * 0600 and 0700.
  */
 export function resolveEncryptionKey(options: { configured: Uint8Array | undefined; dataDir: string; logger: Logger; multiInstance: boolean }): Uint8Array {
   if (options.configured) return options.configured
   const path = join(options.dataDir, 'encryption.key')
-  const read = () => new Uint8Array(Buffer.from(readFileSync(path, 'utf8').trim(), 'base64url'))
+  const read = () => {
+    const key = new Uint8Array(Buffer.from(readFileSync(path, 'utf8').trim(), 'base64url'))
+    closeToOthers(options.dataDir)
+    closeToOthers(path)
+    return key
+  }
   try {
     return read()
   } catch {
     mkdirSync(options.dataDir, { recursive: true, mode: 0o700 })
+    closeToOthers(options.dataDir)
     const key = crypto.getRandomValues(new Uint8Array(32))
     try {
       writeFileSync(path, Buffer.from(key).toString('base64url'), { mode: 0o600, flag: 'wx' })

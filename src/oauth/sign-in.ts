@@ -5,16 +5,21 @@ import { users } from '../lib/db/schema.ts'
 import { ApiError } from '../lib/errors.ts'
 import { clientAddressOf, jsonBodies } from '../lib/http.ts'
 import { hashPassword, verifyPassword } from '../lib/crypto.ts'
-import { clearHits, countHit, peekHits, type RateLimitWindow } from '../lib/rate-limit.ts'
+import { clearHits, countHits, releaseHits, type CountedHit } from '../lib/rate-limit.ts'
+import { addressForLimits } from '../lib/client-address.ts'
 import { normalizeEmail } from '../accounts/service.ts'
 import { EmailSchema } from '../accounts/schemas.ts'
 import type { TokenSigner } from './signing-keys.ts'
 
 export const ID_TOKEN_LIFETIME_SECONDS = 600
 
-// Failures only are counted; a success clears the account's count.
-const FAILURES_PER_ACCOUNT: RateLimitWindow = { limit: 5, windowSeconds: 15 * 60 }
-const FAILURES_PER_IP: RateLimitWindow = { limit: 30, windowSeconds: 15 * 60 }
+// Failed sign-ins allowed per 15 minutes. Per (email, client address) the limit is low; the
+// per-email ceiling is higher so that guesses from one address cannot lock the real user out
+// from another, and the per-address limit stops one client spreading guesses across emails.
+const WINDOW_SECONDS = 15 * 60
+const FAILURES_PER_EMAIL_AND_ADDRESS = 5
+const FAILURES_PER_EMAIL = 50
+const FAILURES_PER_ADDRESS = 30
 
 export const idTokenAudience = (baseUrl: string) => `${baseUrl}/auth`
 
@@ -34,25 +39,41 @@ function throttled(retryAfterSeconds: number): ApiError {
   })
 }
 
-/** Exchanges an email and password for the short-lived id_token that POST /auth/authorize takes. */
-export async function signIn(deps: SignInDeps, input: { email: string; password: string; clientIp: string }) {
+/**
+ * Exchanges an email and password for the short-lived id_token that POST /auth/authorize takes.
+ *
+ * Every attempt is counted before its password is checked, in one statement for its three
+ * limits, so simultaneous guesses cannot check more passwords than the limits allow. Past a
+ * limit the attempt is refused (429, even with the right password) and its count given back:
+ * refused attempts check nothing, so they do not use up the real user's allowance. A failure
+ * keeps its count. A success clears its own (email, address) count and gives back its count
+ * toward the email and the address, which still hold everyone else's failures.
+ */
+export async function signIn(deps: SignInDeps, input: { email: string; password: string; clientAddress: string }) {
   const email = normalizeEmail(input.email)
-  const accountKey = `sign-in:email:${email}`
-  const ipKey = `sign-in:ip:${input.clientIp}`
-  for (const [key, window] of [[accountKey, FAILURES_PER_ACCOUNT], [ipKey, FAILURES_PER_IP]] as const) {
-    const state = await peekHits(deps.db, key, window)
-    if (state.limited) throw throttled(state.retryAfterSeconds)
+  const address = addressForLimits(input.clientAddress)
+  // An address holds no `|`, so the pair's key is unambiguous whatever the email holds.
+  const pairKey = `sign-in:pair:${address}|${email}`
+  const emailKey = `sign-in:email:${email}`
+  const addressKey = `sign-in:ip:${address}`
+  const hits = await countHits(deps.db, [pairKey, emailKey, addressKey], WINDOW_SECONDS)
+  const counted: [CountedHit, number][] = [
+    [hits.get(pairKey)!, FAILURES_PER_EMAIL_AND_ADDRESS],
+    [hits.get(emailKey)!, FAILURES_PER_EMAIL],
+    [hits.get(addressKey)!, FAILURES_PER_ADDRESS],
+  ]
+  const over = counted.filter(([hit, limit]) => hit.count > limit)
+  if (over.length > 0) {
+    await releaseHits(deps.db, [...hits.values()])
+    throw throttled(Math.max(...over.map(([hit]) => hit.retryAfterSeconds)))
   }
 
   const [user] = await deps.db.select().from(users).where(eq(users.email, email))
   decoyHash ??= hashPassword('decoy password, never valid')
   const valid = await verifyPassword(input.password, user?.passwordHash ?? (await decoyHash))
-  if (!user || !valid) {
-    await countHit(deps.db, accountKey, FAILURES_PER_ACCOUNT)
-    await countHit(deps.db, ipKey, FAILURES_PER_IP)
-    throw new ApiError(401, 'invalid_credentials', 'The email or password is wrong.')
-  }
-  await clearHits(deps.db, accountKey)
+  if (!user || !valid) throw new ApiError(401, 'invalid_credentials', 'The email or password is wrong.')
+  await releaseHits(deps.db, [hits.get(emailKey)!, hits.get(addressKey)!])
+  await clearHits(deps.db, pairKey)
   const idToken = await deps.signer.sign(
     { account_id: user.accountId },
     { typ: 'JWT', subject: user.id, audience: idTokenAudience(deps.baseUrl), expiresInSeconds: ID_TOKEN_LIFETIME_SECONDS },
@@ -80,7 +101,7 @@ export function signInRoutes(deps: SignInDeps) {
     '/auth/login',
     async ({ body, request, set }) => {
       set.headers['cache-control'] = 'no-store'
-      return signIn(deps, { ...body, clientIp: clientAddressOf(request) })
+      return signIn(deps, { ...body, clientAddress: clientAddressOf(request) })
     },
     {
       parse: 'json',

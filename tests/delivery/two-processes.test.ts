@@ -26,7 +26,7 @@ const EVENTS_PER_HOOK = 60
 test.if(!!database.url)('two processes on one PostgreSQL send every delivery once, never the same one at the same time', async () => {
   const encryptionKey = crypto.getRandomValues(new Uint8Array(32))
   const db = database.handle.db
-  const deps = { db, secretBox: await createSecretBox(encryptionKey), isForbiddenHost, allowPrivateTargets: true }
+  const deps = { db, secretBox: await createSecretBox(encryptionKey), isForbiddenHost, allowPrivateTargets: true, hooksPerAccount: 100 }
   // The backlog is committed before either process starts.
   for (let n = 0; n < HOOKS; n++) {
     const account = await createAccount(db, { name: `drained ${n}` })

@@ -21,8 +21,14 @@ describe('loadConfig', () => {
       webhookRetrySchedule: [0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000],
       webhookCaPem: undefined,
       webhookConcurrency: 64,
+      hooksPerAccount: 100,
       mcpAllowedOrigins: [],
+      trustedProxies: [],
     })
+  })
+
+  test('TRUSTED_PROXIES is a list of CIDRs (a bare address is one host), normalised', () => {
+    expect(loadConfig({ TRUSTED_PROXIES: ' 10.0.0.0/8, 2001:DB8::/32 ,192.0.2.7,' }).trustedProxies).toEqual(['10.0.0.0/8', '2001:db8::/32', '192.0.2.7/32'])
   })
 
   test('PUBLIC_URL defaults to the port and sets {base_url}', () => {
@@ -75,12 +81,19 @@ describe('loadConfig', () => {
     [{ PUBLIC_URL: 'https://user:pw@example.com' }, 'PUBLIC_URL'],
     [{ WEBHOOK_CONCURRENCY: '0' }, 'WEBHOOK_CONCURRENCY'],
     [{ WEBHOOK_CONCURRENCY: '5000' }, 'WEBHOOK_CONCURRENCY'],
+    [{ HOOKS_PER_ACCOUNT: '0' }, 'HOOKS_PER_ACCOUNT'],
+    [{ HOOKS_PER_ACCOUNT: '100000' }, 'HOOKS_PER_ACCOUNT'],
     [{ WEBHOOK_CA_FILE: '/nonexistent/ca.pem' }, 'WEBHOOK_CA_FILE'],
     [{ WEBHOOK_CA_FILE: join(import.meta.dir, '../../package.json') }, 'WEBHOOK_CA_FILE'],
     [{ MCP_ALLOWED_ORIGINS: 'https://agent.example/path' }, 'MCP_ALLOWED_ORIGINS'],
     [{ MCP_ALLOWED_ORIGINS: 'agent.example' }, 'MCP_ALLOWED_ORIGINS'],
     [{ MCP_ALLOWED_ORIGINS: 'ftp://agent.example' }, 'MCP_ALLOWED_ORIGINS'],
     [{ MCP_ALLOWED_ORIGINS: 'https://ok.example, *' }, 'MCP_ALLOWED_ORIGINS'],
+    [{ TRUSTED_PROXIES: 'load-balancer.internal' }, 'TRUSTED_PROXIES'],
+    [{ TRUSTED_PROXIES: '10.0.0.0/8, 10.0.0.0/33' }, 'TRUSTED_PROXIES'],
+    [{ TRUSTED_PROXIES: '10.1.2.3/8' }, 'TRUSTED_PROXIES'],
+    [{ TRUSTED_PROXIES: '0.0.0.0/0' }, 'TRUSTED_PROXIES'],
+    [{ TRUSTED_PROXIES: '10.0.0.0/8 192.168.0.0/16' }, 'TRUSTED_PROXIES'],
   ]
   for (const [env, variable] of bad) {
     test(`${JSON.stringify(env)} is refused with a message naming ${variable}`, () => {

@@ -1,5 +1,5 @@
 import { afterAll, expect, test } from 'bun:test'
-import { clearHits, countHit, peekHits } from '../../src/lib/rate-limit.ts'
+import { clearHits, countHit, countHits, peekHits, releaseHits } from '../../src/lib/rate-limit.ts'
 import { createTestDatabase } from '../support/database.ts'
 
 const database = await createTestDatabase()
@@ -32,4 +32,27 @@ test('a window that has passed starts again at one', async () => {
   expect((await countHit(db, 'test:d', short)).limited).toBe(true)
   await Bun.sleep(1_100)
   expect(await countHit(db, 'test:d', short)).toMatchObject({ count: 1, limited: false })
+})
+
+test('several keys counted in one statement; simultaneous callers each see a distinct count', async () => {
+  const keys = ['test:multi:pair', 'test:multi:email', 'test:multi:ip']
+  const results = await Promise.all(Array.from({ length: 20 }, () => countHits(db, keys, 60)))
+  for (const key of keys) {
+    expect(results.map((hits) => hits.get(key)!.count).sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1))
+  }
+  expect(results[0]!.get('test:multi:ip')!.retryAfterSeconds).toBeGreaterThan(0)
+})
+
+test('released hits are given back, concurrently too; a window restarted since keeps its new count', async () => {
+  const keys = ['test:release:a', 'test:release:b']
+  const counted = await Promise.all(Array.from({ length: 10 }, () => countHits(db, keys, 60)))
+  await Promise.all(counted.slice(0, 7).map((hits) => releaseHits(db, [...hits.values()])))
+  expect((await peekHits(db, 'test:release:a', { limit: 10, windowSeconds: 60 })).count).toBe(3)
+  expect((await peekHits(db, 'test:release:b', { limit: 10, windowSeconds: 60 })).count).toBe(3)
+
+  const [old] = [...(await countHits(db, ['test:release:c'], 1)).values()]
+  await Bun.sleep(1_100)
+  await countHits(db, ['test:release:c'], 1)
+  await releaseHits(db, [old!])
+  expect((await peekHits(db, 'test:release:c', { limit: 10, windowSeconds: 1 })).count).toBe(1)
 })

@@ -139,7 +139,8 @@ export const authorizationCodes = pgTable('authorization_codes', {
 /**
  * Refresh tokens (opaque, stored as SHA-256), rotated on every use. A rotated token keeps its
  * successor's token response, encrypted, for OAUTH_REFRESH_GRACE_S so that concurrent refreshes
- * get the same pair.
+ * get the same pair; then it is erased (src/oauth/grants/refresh-token.ts), since it holds a
+ * live refresh token.
  */
 export const refreshTokens = pgTable(
   'refresh_tokens',
@@ -153,7 +154,11 @@ export const refreshTokens = pgTable(
     successorCiphertext: text('successor_ciphertext'),
     createdAt: createdAt(),
   },
-  (table) => [index('refresh_tokens_grant_id_idx').on(table.grantId)],
+  (table) => [
+    index('refresh_tokens_grant_id_idx').on(table.grantId),
+    // The successors still kept: what the erasure sweep looks for, without scanning every token.
+    index('refresh_tokens_sealed_successor_idx').on(table.rotatedAt).where(sql`${table.successorCiphertext} is not null`),
+  ],
 )
 
 /** Fixed-window counters shared by every instance: sign-in failures, registrations per IP. */

@@ -1,10 +1,11 @@
-import { eq, sql } from 'drizzle-orm'
-import { queryRows } from '../../lib/db/client.ts'
+import { and, eq, inArray, isNotNull, sql } from 'drizzle-orm'
+import { queryRows, type Database } from '../../lib/db/client.ts'
 import { grants, refreshTokens } from '../../lib/db/schema.ts'
 import { OAuthError } from '../../lib/errors.ts'
 import { sha256Hex } from '../../lib/crypto.ts'
 import { splitScope } from '../../auth/scopes.ts'
 import { requireClient } from '../clients.ts'
+import type { Logger } from '../../lib/logger.ts'
 import { revokeGrant } from '../revocation.ts'
 import { invalidGrant, newTokenPair, refreshTokenExpiry, type TokenDeps, type TokenResponse } from '../tokens.ts'
 
@@ -31,7 +32,8 @@ interface SealedSuccessor {
  *    has not expired (30 days);
  * 3. the token was not rotated before. A rotated token presented within the grace window
  *    (`OAUTH_REFRESH_GRACE_S`: agents refresh concurrently) gets the same successor pair; after
- *    it, the presentation is taken as theft and the whole grant is revoked;
+ *    it, the presentation is taken as theft and the whole grant is revoked. The sealed successor
+ *    does not outlive the window (`startSuccessorErasure` below);
  * 4. the scope asked for is within the grant's;
  * then the token is rotated: a successor pair replaces it.
  *
@@ -63,14 +65,20 @@ export async function refreshTokenGrant(
         const elapsed = Math.floor((Date.now() - successor.issuedAt) / 1000)
         return { ...successor.response, expires_in: Math.max(0, successor.response.expires_in - elapsed) }
       }
-      await deps.db.transaction((tx) => revokeGrant(tx, row.grant.id, 'rotated refresh token presented again'))
+      await deps.db.transaction(async (tx) => {
+        // Past its window the sealed successor is of no use; the sweep may not have reached it yet.
+        await tx.update(refreshTokens).set({ successorCiphertext: null }).where(eq(refreshTokens.tokenHash, tokenHash))
+        await revokeGrant(tx, row.grant.id, 'rotated refresh token presented again')
+      })
       await deps.syncCaches()
       throw invalidGrant('The refresh token was already used; the grant is revoked.')
     }
 
     const scope = narrowedScope(row.grant.scope, input.scope)
     const tokens = await newTokenPair(deps, row.grant, scope)
-    const sealed = await deps.secretBox.seal(JSON.stringify({ response: tokens, issuedAt: Date.now() } satisfies SealedSuccessor))
+    // Without a window nothing would ever read it: keep nothing.
+    const sealed =
+      deps.refreshGraceSeconds > 0 ? await deps.secretBox.seal(JSON.stringify({ response: tokens, issuedAt: Date.now() } satisfies SealedSuccessor)) : null
     const inserted = await queryRows<{ token_hash: string }>(
       deps.db,
       sql`with rotated as (
@@ -85,4 +93,64 @@ export async function refreshTokenGrant(
     if (inserted.length === 1) return tokens
   }
   throw invalidGrant('The refresh token is being rotated by another request; try again.')
+}
+
+/** How often each instance erases the successors whose window has ended, and how many at a time. */
+export const SUCCESSOR_ERASURE_INTERVAL_MS = 1000
+const SUCCESSOR_ERASURE_BATCH = 500
+
+/**
+ * Erases the sealed successors whose grace window has ended (by the database's clock, the same
+ * one that decides whether a replay is inside the window). A successor holds a live refresh
+ * token, so it must not stay at rest after the window: a copy of the data and the key (which
+ * sit side by side on PGlite) would otherwise open every rotated grant's current token.
+ * Batches lock their rows with SKIP LOCKED, so instances sweeping together never wait on each
+ * other. Returns how many were erased.
+ */
+export async function eraseEndedSuccessors(db: Database, graceSeconds: number): Promise<number> {
+  let erased = 0
+  for (;;) {
+    const due = db
+      .select({ tokenHash: refreshTokens.tokenHash })
+      .from(refreshTokens)
+      .where(and(isNotNull(refreshTokens.successorCiphertext), sql`${refreshTokens.rotatedAt} <= now() - make_interval(secs => ${graceSeconds})`))
+      .limit(SUCCESSOR_ERASURE_BATCH)
+      .for('update', { skipLocked: true })
+    const batch = await db
+      .update(refreshTokens)
+      .set({ successorCiphertext: null })
+      .where(inArray(refreshTokens.tokenHash, due))
+      .returning({ tokenHash: refreshTokens.tokenHash })
+    erased += batch.length
+    if (batch.length < SUCCESSOR_ERASURE_BATCH) return erased
+  }
+}
+
+/**
+ * Runs `eraseEndedSuccessors` at once and then every second on this instance, so a successor
+ * outlives its window by about a second at most while any instance runs (and whatever a stopped
+ * service left is erased at the next start). A failed sweep is logged and tried again.
+ */
+export function startSuccessorErasure(options: { db: Database; graceSeconds: number; logger: Logger; intervalMs?: number }): { stop(): Promise<void> } {
+  const { db, graceSeconds, logger, intervalMs = SUCCESSOR_ERASURE_INTERVAL_MS } = options
+  let stopped = false
+  let timer: ReturnType<typeof setTimeout> | undefined
+  let running: Promise<void> = Promise.resolve()
+  const sweep = async () => {
+    try {
+      await eraseEndedSuccessors(db, graceSeconds)
+    } catch (error) {
+      logger.warn('erasing ended refresh successors failed', { error: String(error) })
+    }
+    if (!stopped) timer = setTimeout(() => (running = sweep()), intervalMs)
+  }
+  running = sweep()
+  return {
+    /** Resolves once a sweep under way has finished: the database can then be closed. */
+    async stop() {
+      stopped = true
+      clearTimeout(timer)
+      await running
+    },
+  }
 }
