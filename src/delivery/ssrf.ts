@@ -3,7 +3,7 @@ import { lookup as dnsLookup } from 'node:dns/promises'
 import ipaddr from 'ipaddr.js'
 
 /**
- * Which addresses a webhook delivery may connect to (SPEC §7, SSRF). A subscriber chooses the
+ * Which addresses a webhook delivery may connect to (docs/webhooks.md#sending-rules). A subscriber chooses the
  * target URL, so without these checks the service would POST into its own network on their
  * behalf: the database, an admin port, the cloud metadata endpoint that hands out credentials.
  *

@@ -35,7 +35,7 @@ export interface RecordedAttempt {
 /** NOTIFY channel: deliveries were committed; sent after the commit by src/delivery/commit-notifier.ts. */
 export const DELIVERIES_CHANNEL = 'deliveries_due'
 
-/** Five days of nothing but failures disable a subscription (SPEC §7); one success resets the clock. */
+/** Five days of nothing but failures disable a subscription (docs/api.md#how-deliveries-are-sent); one success resets the clock. */
 export const CONTINUOUS_FAILURE_DISABLES_AFTER_MS = 5 * 24 * 3_600_000
 
 // Any constant works as long as nothing else in the database takes this advisory lock.

@@ -1,4 +1,4 @@
-/** Seed §6: the events a subscription can bind to. */
+/** The events a subscription can bind to (docs/api.md#event-types). */
 export const EVENT_TYPES = ['message.delivered', 'message.failed', 'message.inbound'] as const
 export type EventType = (typeof EVENT_TYPES)[number]
 

@@ -37,7 +37,7 @@ export function toHookResource(hook: Hook): HookResource {
 }
 
 /**
- * SPEC §7: an absolute https URL, no credentials in it, not an address literal in a private
+ * docs/api.md#create-a-subscription: an absolute https URL, no credentials in it, not an address literal in a private
  * range. Names are resolved and checked again at every delivery, where rebinding is caught.
  */
 export function checkTargetUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHost' | 'allowPrivateTargets'>): string {

@@ -1,7 +1,7 @@
 import { Elysia } from 'elysia'
 
 /**
- * CORS for the endpoints browser-based OAuth and MCP clients call (SPEC §5): discovery
+ * CORS for the endpoints browser-based OAuth and MCP clients call (docs/api.md#cors): discovery
  * documents, registration, token, revocation and MCP. None of them reads cookies, so any origin
  * may call them and credentials are never allowed (`*` and no Allow-Credentials). The
  * authorization endpoint must not use this: it has no CORS.

@@ -17,7 +17,7 @@ export interface McpRouteDeps extends HookDeps, Omit<AuthPluginDeps, 'resourceMe
 export const mcpResourceMetadataUrl = (publicUrl: string) => `${publicUrl}/.well-known/oauth-protected-resource/v0/mcp`
 
 /**
- * `{base_url}/mcp`, Streamable HTTP (SPEC §9). Bearer tokens whose audience is the MCP endpoint
+ * `{base_url}/mcp`, Streamable HTTP (docs/api.md#mcp). Bearer tokens whose audience is the MCP endpoint
  * only. The Origin check runs first: a page on another origin (DNS rebinding) gets 403 whatever
  * it sends. POST carries JSON-RPC; GET and DELETE are 405 because the server is stateless: it
  * sends nothing unprompted and has no session to end (docs/mcp.md).

@@ -4,7 +4,7 @@ export interface Carrier {
   deliver(to: string, body: string): Promise<{ delivered: true } | { delivered: false; error: string }>
 }
 
-/** SPEC §8: delivers to any number except those ending in 0000, which fail. */
+/** docs/api.md#the-sandbox-carrier: delivers to any number except those ending in 0000, which fail. */
 export const sandboxCarrier: Carrier = {
   name: 'sandbox',
   async deliver(to) {

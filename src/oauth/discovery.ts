@@ -5,7 +5,7 @@ import { cors } from '../lib/cors.ts'
 import { AuthorizationServerMetadata, ProtectedResourceMetadata } from './schemas.ts'
 
 /**
- * Discovery documents (SPEC §6) at the seed's paths under `/v0` and at the RFC 8414 / RFC 9728
+ * Discovery documents (docs/api.md#discovery-documents) at their documented paths under `/v0` and at the RFC 8414 / RFC 9728
  * path-insertion addresses on the origin root, which is where standard clients look for an
  * issuer or resource with a path (`https://host/v0` → `https://host/.well-known/…/v0`).
  */

@@ -11,7 +11,7 @@ import type { PublicJwk } from './schemas.ts'
 
 const ALG = 'ES256'
 
-/** Access tokens live 15 minutes, id_tokens 10 (SPEC §4): `sign` refuses longer, `verify` refuses older. */
+/** Access tokens live 15 minutes, id_tokens 10 (docs/api.md#token-lifetimes): `sign` refuses longer, `verify` refuses older. */
 export const MAX_TOKEN_LIFETIME_SECONDS = 15 * 60
 
 /**

@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { ConfigError, loadConfig } from '../../src/lib/config.ts'
 
 describe('loadConfig', () => {
-  test('defaults follow SPEC §1', () => {
+  test('defaults are the documented ones (README, Configuration)', () => {
     expect(loadConfig({})).toEqual({
       port: 3000,
       host: '127.0.0.1',

@@ -22,7 +22,7 @@ async function fetchDocument(path: string) {
 }
 
 describe('authorization server metadata (RFC 8414)', () => {
-  test('the seed path, the path-insertion alias and the bare address serve one document', async () => {
+  test('the {base_url} path, the path-insertion alias and the bare address serve one document', async () => {
     expect(AUTHORIZATION_SERVER_METADATA_PATHS).toEqual([
       '/v0/.well-known/oauth-authorization-server',
       '/.well-known/oauth-authorization-server/v0',
@@ -74,7 +74,7 @@ describe('authorization server metadata (RFC 8414)', () => {
 })
 
 describe('protected resource metadata (RFC 9728)', () => {
-  test('the REST API: resource {base_url}, at the seed path and the path-insertion alias', async () => {
+  test('the REST API: resource {base_url}, at the {base_url} path and the path-insertion alias', async () => {
     const documents = await Promise.all(API_RESOURCE_METADATA_PATHS.map(fetchDocument))
     expect(API_RESOURCE_METADATA_PATHS).toEqual(['/v0/.well-known/oauth-protected-resource', '/.well-known/oauth-protected-resource/v0'])
     for (const document of documents) {
@@ -89,7 +89,7 @@ describe('protected resource metadata (RFC 9728)', () => {
     }
   })
 
-  test('MCP: resource {base_url}/mcp and only the webhook scopes, at the seed path and the alias', async () => {
+  test('MCP: resource {base_url}/mcp and only the webhook scopes, at the {base_url} path and the alias', async () => {
     expect(MCP_RESOURCE_METADATA_PATHS).toEqual(['/v0/.well-known/oauth-protected-resource/mcp', '/.well-known/oauth-protected-resource/v0/mcp'])
     for (const document of await Promise.all(MCP_RESOURCE_METADATA_PATHS.map(fetchDocument))) {
       expect(document).toEqual({

@@ -10,7 +10,7 @@ const server = await startTestServer({ env: { OAUTH_REFRESH_GRACE_S: '2' } })
 const fixture = await flowFixture(server)
 const bearer = (token: string) => ({ headers: { authorization: `Bearer ${token}` } })
 
-describe('the seed flow with JSON bodies', () => {
+describe('the documented flow with JSON bodies', () => {
   test('login → authorize → token → a bearer call → session', async () => {
     const { verifier, challenge } = pkcePair()
     const idToken = await signIn(server, fixture)

@@ -43,7 +43,7 @@ export async function signIn(server: TestServer, fixture: Fixture): Promise<stri
   return ((await response.json()) as { id_token: string }).id_token
 }
 
-/** Steps 2 and 3 of the seed's flow: an authorization code, then tokens. */
+/** Steps 2 and 3 of the documented flow (docs/api.md#oauth-and-discovery): an authorization code, then tokens. */
 export async function authorizeAndRedeem(server: TestServer, fixture: Fixture, extra: Record<string, unknown> = {}) {
   const { verifier, challenge } = pkcePair()
   const authorized = await postJson(server, '/v0/auth/authorize', {

@@ -198,7 +198,7 @@ export const hooks = pgTable(
 )
 
 /**
- * SPEC §3: the first response to a POST with an Idempotency-Key, replayed for 24 h. The
+ * docs/api.md#idempotency: the first response to a POST with an Idempotency-Key, replayed for 24 h. The
  * response is sealed (it may hold a secret shown once, like a webhook signing secret).
  */
 export const idempotencyKeys = pgTable(
@@ -217,7 +217,7 @@ export const idempotencyKeys = pgTable(
   (table) => [primaryKey({ columns: [table.accountId, table.key] }), index('idempotency_keys_created_at_idx').on(table.createdAt)],
 )
 
-/** Messages sent through the API and replies from contacts (SPEC §8). */
+/** Messages sent through the API and replies from contacts (docs/api.md#messages-and-events). */
 export const messages = pgTable(
   'messages',
   {
