@@ -55,6 +55,15 @@ export function createApp(deps: AppDeps) {
     refreshGraceSeconds: deps.config.oauthRefreshGraceSeconds,
     syncCaches: deps.syncCaches,
   }
+  // REST and MCP manage subscriptions through the same services, with the same rules.
+  const hooks = {
+    ...auth,
+    db: deps.db,
+    secretBox: deps.secretBox,
+    isForbiddenHost,
+    allowPrivateTargets: deps.config.webhookAllowPrivateTargets,
+    hooksPerAccount: deps.config.hooksPerAccount,
+  }
   return new Elysia({ normalize: false })
     .use(httpFoundation(deps.logger))
     .use(opsRoutes({ isDatabaseReachable: () => isDatabaseReachable(deps.db) }))
@@ -69,28 +78,8 @@ export function createApp(deps: AppDeps) {
         .use(tokenEndpointRoutes(tokens))
         .use(revocationRoutes(tokens))
         .use(sessionRoutes(auth))
-        .use(
-          hookRoutes({
-            ...auth,
-            db: deps.db,
-            secretBox: deps.secretBox,
-            isForbiddenHost,
-            allowPrivateTargets: deps.config.webhookAllowPrivateTargets,
-            hooksPerAccount: deps.config.hooksPerAccount,
-          }),
-        )
-        .use(
-          mcpRoutes({
-            ...auth,
-            db: deps.db,
-            secretBox: deps.secretBox,
-            isForbiddenHost,
-            allowPrivateTargets: deps.config.webhookAllowPrivateTargets,
-            hooksPerAccount: deps.config.hooksPerAccount,
-            publicUrl: deps.config.publicUrl,
-            allowedOrigins: deps.config.mcpAllowedOrigins,
-          }),
-        )
+        .use(hookRoutes(hooks))
+        .use(mcpRoutes({ ...hooks, publicUrl: deps.config.publicUrl, allowedOrigins: deps.config.mcpAllowedOrigins }))
         .use(messageRoutes({ ...auth, db: deps.db, carrier: deps.carrier, logger: deps.logger, deliveriesQueued: deps.deliveriesQueued })))
 }
 
