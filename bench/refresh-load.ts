@@ -15,8 +15,9 @@
  * successor cannot go on (the failure is reported, and must not happen).
  */
 import { readFileSync } from 'node:fs'
+import { percentiles } from './harness.ts'
 
-interface Input {
+export interface RefreshLoadInput {
   url: string
   clientId: string
   refreshTokens: string[]
@@ -24,94 +25,105 @@ interface Input {
   requestTimeoutMs: number
 }
 
-interface Failure {
-  worker: number
-  atMs: number
-  status: number
-  body: string
+export interface RefreshLoadResult {
+  workers: number
+  workersAlive: number
+  successes: number
+  /** Successes that completed after the deadline (still counted in successes). */
+  completedAfterDeadline: number
+  failureCount: number
+  failures: Array<{ worker: number; atMs: number; status: number; body: string }>
+  elapsedSec: number
+  perSec: number
+  p50Ms: number | null
+  p99Ms: number | null
+  maxMs: number | null
+  avgMs: number | null
+  finalTokens: Array<string | null>
 }
-
-const input = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as Input
-const latencies: number[] = []
-const failures: Failure[] = []
-let failureCount = 0
-let successes = 0
-let outside = 0 // successes that completed after the deadline (still counted in successes)
 
 const redactTokens = (text: string) => text.replace(/(rt_|ey)[A-Za-z0-9_.-]{12,}/g, '$1[REDACTED]')
 
-const started = performance.now()
-const deadline = started + input.durationSec * 1000
-
-async function worker(index: number, first: string): Promise<string | null> {
-  let token = first
-  while (performance.now() < deadline) {
-    const t0 = performance.now()
-    let status = 0
-    let text = ''
-    try {
-      const response = await fetch(input.url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ refresh_token: token, client_id: input.clientId }),
-        signal: AbortSignal.timeout(input.requestTimeoutMs),
-      })
-      status = response.status
-      text = await response.text()
-    } catch (error) {
-      text = `fetch failed: ${(error as Error).message}`
-    }
-    const t1 = performance.now()
-    let next: string | undefined
-    if (status === 200) {
-      try {
-        const body = JSON.parse(text) as { refresh_token?: unknown; access_token?: unknown; token_type?: unknown }
-        if (typeof body.refresh_token === 'string' && body.refresh_token.startsWith('rt_') && typeof body.access_token === 'string' && body.token_type === 'Bearer') {
-          next = body.refresh_token
-        }
-      } catch {
-        // reported below
-      }
-    }
-    if (next === undefined) {
-      failureCount++
-      if (failures.length < 10) failures.push({ worker: index, atMs: Math.round(t1 - started), status, body: redactTokens(text.slice(0, 500)) })
-      return null
-    }
-    if (next === token) {
-      failureCount++
-      if (failures.length < 10) failures.push({ worker: index, atMs: Math.round(t1 - started), status, body: 'the refresh token was not rotated' })
-      return null
-    }
-    successes++
-    if (t1 > deadline) outside++
-    latencies.push(t1 - t0)
-    token = next
+/** One POST: the successor refresh token, or why there is none. */
+async function refresh(input: RefreshLoadInput, token: string): Promise<{ next: string } | { status: number; body: string }> {
+  let status = 0
+  let text = ''
+  try {
+    const response = await fetch(input.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ refresh_token: token, client_id: input.clientId }),
+      signal: AbortSignal.timeout(input.requestTimeoutMs),
+    })
+    status = response.status
+    text = await response.text()
+  } catch (error) {
+    text = `fetch failed: ${(error as Error).message}`
   }
-  return token
+  if (status === 200) {
+    try {
+      const body = JSON.parse(text) as { refresh_token?: unknown; access_token?: unknown; token_type?: unknown }
+      if (typeof body.refresh_token === 'string' && body.refresh_token.startsWith('rt_') && typeof body.access_token === 'string' && body.token_type === 'Bearer') {
+        if (body.refresh_token === token) return { status, body: 'the refresh token was not rotated' }
+        return { next: body.refresh_token }
+      }
+    } catch {
+      // reported below
+    }
+  }
+  return { status, body: redactTokens(text.slice(0, 500)) }
 }
 
-const finalTokens = await Promise.all(input.refreshTokens.map((token, index) => worker(index, token)))
-const elapsedSec = (performance.now() - started) / 1000
+/** Every worker's chain for `durationSec`; answers what they did. */
+export async function runRefreshLoad(input: RefreshLoadInput): Promise<RefreshLoadResult> {
+  const latencies: number[] = []
+  const failures: RefreshLoadResult['failures'] = []
+  let failureCount = 0
+  let completedAfterDeadline = 0
+  const started = performance.now()
+  const deadline = started + input.durationSec * 1000
 
-latencies.sort((a, b) => a - b)
-const percentile = (p: number) => (latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))]! : null)
+  const worker = async (index: number, first: string): Promise<string | null> => {
+    let token = first
+    while (performance.now() < deadline) {
+      const t0 = performance.now()
+      const outcome = await refresh(input, token)
+      const t1 = performance.now()
+      if (!('next' in outcome)) {
+        failureCount++
+        if (failures.length < 10) failures.push({ worker: index, atMs: Math.round(t1 - started), ...outcome })
+        return null
+      }
+      if (t1 > deadline) completedAfterDeadline++
+      latencies.push(t1 - t0)
+      token = outcome.next
+    }
+    return token
+  }
 
-console.log(
-  JSON.stringify({
+  const finalTokens = await Promise.all(input.refreshTokens.map((token, index) => worker(index, token)))
+  const elapsedSec = (performance.now() - started) / 1000
+  const p = percentiles(latencies)
+  const orNull = (n: number) => (Number.isFinite(n) ? n : null)
+  return {
     workers: input.refreshTokens.length,
     workersAlive: finalTokens.filter((token) => token !== null).length,
-    successes,
-    completedAfterDeadline: outside,
+    successes: latencies.length,
+    completedAfterDeadline,
     failureCount,
     failures,
     elapsedSec,
-    perSec: successes / elapsedSec,
-    p50Ms: percentile(50),
-    p99Ms: percentile(99),
-    maxMs: latencies.length ? latencies[latencies.length - 1] : null,
+    perSec: latencies.length / elapsedSec,
+    p50Ms: orNull(p.p50),
+    p99Ms: orNull(p.p99),
+    maxMs: orNull(p.max),
     avgMs: latencies.length ? latencies.reduce((sum, x) => sum + x, 0) / latencies.length : null,
     finalTokens,
-  }),
-)
-process.exit(0)
+  }
+}
+
+if (import.meta.main) {
+  const input = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as RefreshLoadInput
+  console.log(JSON.stringify(await runRefreshLoad(input)))
+  process.exit(0)
+}

@@ -3,7 +3,7 @@
 //
 //   PORT=<https port> CONTROL_PORT=<http port> CERT_DIR=<dir with server.pem, server.key> bun bench/webhook-receiver.ts
 //
-// The HTTPS side listens on 127.0.0.1 with the certificate made by tests/support/tls.ts
+// The HTTPS side listens on 127.0.0.1 with the certificate made by fixtures/tls.ts
 // (localhost and 127.0.0.1). For every request it notes the receipt time (epoch ms, sub-ms
 // precision) and, when the JSON body has a "timestamp" field (an event's), receipt time minus
 // that timestamp: the end-to-end latency of the event. The plain-HTTP control port (127.0.0.1
@@ -25,21 +25,11 @@ if (!port || !controlPort || !certDir) {
 const now = () => performance.timeOrigin + performance.now()
 const MAX_SAMPLES = 500_000
 
-let count = 0
-let firstAt = 0
-let lastAt = 0
-let ids = new Set<string>()
-let latencies = new Float64Array(MAX_SAMPLES)
-let sampleCount = 0
-
-function reset() {
-  count = 0
-  firstAt = 0
-  lastAt = 0
-  ids = new Set()
-  latencies = new Float64Array(MAX_SAMPLES)
-  sampleCount = 0
+/** What arrived since the start or the last POST /reset. */
+function newTally() {
+  return { count: 0, firstAt: 0, lastAt: 0, ids: new Set<string>(), latencies: new Float64Array(MAX_SAMPLES), sampleCount: 0 }
 }
+let tally = newTally()
 
 // "timestamp":"2026-11-22T10:58:18.645Z": found without parsing the whole body.
 const TIMESTAMP = /"timestamp":"([^"]{20,40})"/
@@ -51,15 +41,16 @@ const receiver = Bun.serve({
   async fetch(request) {
     const body = await request.text()
     const at = now()
-    count++
-    if (firstAt === 0) firstAt = at
-    lastAt = at
+    const t = tally
+    t.count++
+    if (t.firstAt === 0) t.firstAt = at
+    t.lastAt = at
     const id = request.headers.get('webhook-id')
-    if (id) ids.add(id)
+    if (id) t.ids.add(id)
     const match = TIMESTAMP.exec(body)
-    if (match && sampleCount < MAX_SAMPLES) {
+    if (match && t.sampleCount < MAX_SAMPLES) {
       const sentAt = Date.parse(match[1]!)
-      if (Number.isFinite(sentAt)) latencies[sampleCount++] = at - sentAt
+      if (Number.isFinite(sentAt)) t.latencies[t.sampleCount++] = at - sentAt
     }
     return new Response('ok')
   },
@@ -71,12 +62,13 @@ const control = Bun.serve({
   fetch(request) {
     const url = new URL(request.url)
     if (url.pathname === '/reset' && request.method === 'POST') {
-      reset()
+      tally = newTally()
       return Response.json({ ok: true })
     }
     if (url.pathname === '/stats') {
-      const stats: Record<string, unknown> = { count, unique: ids.size, firstAt, lastAt, samples: sampleCount }
-      if (url.searchParams.get('samples') === '1') stats.latencies = Array.from(latencies.subarray(0, sampleCount))
+      const t = tally
+      const stats: Record<string, unknown> = { count: t.count, unique: t.ids.size, firstAt: t.firstAt, lastAt: t.lastAt, samples: t.sampleCount }
+      if (url.searchParams.get('samples') === '1') stats.latencies = Array.from(t.latencies.subarray(0, t.sampleCount))
       return Response.json(stats)
     }
     return new Response('not found', { status: 404 })

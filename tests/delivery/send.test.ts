@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import type { Server } from 'bun'
 import { Webhook } from 'standardwebhooks'
 import { parseRetryAfter, sendWebhook } from '../../src/delivery/send.ts'
-import { makeCertificates } from '../support/tls.ts'
+import { makeCertificates } from '../../fixtures/tls.ts'
 
 interface Hit {
   path: string

@@ -2,7 +2,7 @@ import { afterAll } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { makeCertificates } from './tls.ts'
+import { makeCertificates } from '../../fixtures/tls.ts'
 
 export interface ReceivedWebhook {
   path: string
