@@ -52,6 +52,8 @@ async function withZombie(use: (pid: number) => void | Promise<void>) {
     const child = Number(new TextDecoder().decode(value).trim())
     const state = (pid: number) => readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ').at(-1)![0]
     while (state(parent.pid) !== 'T') await Bun.sleep(10)
+    // The forked shell becomes the renamed program only once it has exec'd it: wait for that.
+    while (!readFileSync(`/proc/${child}/stat`, 'utf8').includes('(x) R (y)')) await Bun.sleep(5)
     process.kill(child, 'SIGKILL')
     while (state(child) !== 'Z') await Bun.sleep(10)
     expect(readFileSync(`/proc/${child}/stat`, 'utf8')).toContain('(x) R (y)')
