@@ -7,10 +7,13 @@ import { pgliteDatabase, postgresDatabase, type DatabaseHandle } from '../../src
 import { MIGRATIONS_FOLDER, migratePgliteDatabase, migratePostgresDatabase } from '../../src/lib/db/migrate.ts'
 
 /**
- * Every test file gets a database of its own, so files can run in parallel:
- * - DATABASE_URL set: a fresh database on that server, copied from a migrated template database;
- * - else, Docker reachable: the same on a PostgreSQL container started by testcontainers;
- * - else: a clone of one migrated in-memory PGlite.
+ * Every test file gets a database of its own, so files can run in parallel. TEST_DATABASE picks
+ * where (unset or empty: `postgres` when DATABASE_URL is set, else `pglite`):
+ * - `pglite`: a clone of one migrated in-memory PGlite; DATABASE_URL is ignored;
+ * - `postgres`: a fresh database on the server at DATABASE_URL, copied from a migrated template;
+ * - `container`: the same on a PostgreSQL container started by testcontainers (POSTGRES_IMAGE).
+ * The preload (tests/support/preflight.ts) resolves the choice once before any test file loads,
+ * so an unreachable database stops the run with one line instead of failing every file.
  */
 export interface TestDatabase {
   handle: DatabaseHandle
@@ -19,39 +22,144 @@ export interface TestDatabase {
   drop(): Promise<void>
 }
 
-export type TestDatabaseMode = { kind: 'postgres'; serverUrl: string; source: 'DATABASE_URL' | 'testcontainers' } | { kind: 'pglite' }
+export const TEST_DATABASE_CHOICES = ['pglite', 'postgres', 'container'] as const
+export type TestDatabaseChoice = (typeof TEST_DATABASE_CHOICES)[number]
+
+/** The image TEST_DATABASE=container starts; TEST_POSTGRES_IMAGE names another. */
+export const POSTGRES_IMAGE = 'postgres:16-alpine'
+
+export type TestDatabaseMode =
+  | { choice: 'pglite'; kind: 'pglite' }
+  | { choice: 'postgres'; kind: 'postgres'; serverUrl: string }
+  | { choice: 'container'; kind: 'postgres'; serverUrl: string; image: string }
+
+/** The chosen test database cannot be used. The message is one line, printed as it is. */
+export class TestDatabaseUnavailable extends Error {
+  override name = 'TestDatabaseUnavailable'
+}
 
 let modePromise: Promise<TestDatabaseMode> | undefined
 let pgliteTemplate: Promise<PGlite> | undefined
 let postgresTemplate: Promise<string> | undefined
 
-async function dockerReachable(): Promise<boolean> {
+/** What TEST_DATABASE asks for, its default applied; throws TestDatabaseUnavailable on any other value. */
+export function testDatabaseChoice(env: Record<string, string | undefined> = process.env): TestDatabaseChoice {
+  const value = env.TEST_DATABASE?.trim()
+  if (!value) return env.DATABASE_URL ? 'postgres' : 'pglite'
+  if ((TEST_DATABASE_CHOICES as readonly string[]).includes(value)) return value as TestDatabaseChoice
+  throw new TestDatabaseUnavailable(
+    `TEST_DATABASE=${oneLine(value)}: not a test database; use pglite, postgres or container (unset: postgres if DATABASE_URL is set, else pglite)`,
+  )
+}
+
+/** A URL fit to print: no password, in the user part or in a query parameter. */
+export function redactUrl(url: string): string {
   try {
-    const { getContainerRuntimeClient } = await import('testcontainers')
-    await getContainerRuntimeClient()
-    return true
+    const parsed = new URL(url)
+    parsed.password = ''
+    for (const key of [...parsed.searchParams.keys()]) if (/pass/i.test(key)) parsed.searchParams.set(key, '***')
+    return parsed.toString()
   } catch {
-    return false
+    return '(not a URL)'
   }
 }
 
-async function startPostgresContainer(): Promise<string> {
-  const { GenericContainer, Wait } = await import('testcontainers')
-  const container = await new GenericContainer('postgres:16-alpine')
-    .withEnvironment({ POSTGRES_PASSWORD: 'postgres' })
-    .withExposedPorts(5432)
-    // Under Bun the default wait strategy has hung; the second "ready" line is the real server.
-    .withWaitStrategy(Wait.forLogMessage(/database system is ready to accept connections/, 2))
-    .start()
-  return `postgres://postgres:postgres@${container.getHost()}:${container.getMappedPort(5432)}/postgres`
+/** One human line: which database this run uses. */
+export function describeTestDatabaseMode(mode: TestDatabaseMode): string {
+  switch (mode.choice) {
+    case 'pglite':
+      return 'PGlite (in-memory clones)'
+    case 'postgres':
+      return `PostgreSQL at ${redactUrl(mode.serverUrl)}`
+    case 'container':
+      return `PostgreSQL in a container (${mode.image})`
+  }
 }
 
+function oneLine(text: string): string {
+  const line = text.replace(/\s+/g, ' ').trim()
+  return line.length > 200 ? `${line.slice(0, 199)}…` : line
+}
+
+/** The shortest telling reason: PostgreSQL's own message, else a code such as ECONNREFUSED, else the message. */
+function reason(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code
+    if (error.name !== 'PostgresError' && typeof code === 'string' && /^[A-Z][A-Z_]+$/.test(code)) return code
+    return oneLine(error.message.split('\n')[0] || error.name)
+  }
+  return oneLine(String(error))
+}
+
+async function checkPostgres(url: string): Promise<void> {
+  try {
+    new URL(url)
+  } catch {
+    throw new TestDatabaseUnavailable('TEST_DATABASE=postgres: DATABASE_URL is not a URL such as postgres://postgres@127.0.0.1:5432/test')
+  }
+  const sql = postgres(url, { max: 1, connect_timeout: 5, onnotice: () => {} })
+  try {
+    await sql`select 1`
+  } catch (error) {
+    throw new TestDatabaseUnavailable(`TEST_DATABASE=postgres: cannot reach ${redactUrl(url)} (${reason(error)})`)
+  } finally {
+    await sql.end({ timeout: 1 }).catch(() => {})
+  }
+}
+
+async function startPostgresContainer(image: string): Promise<string> {
+  const { GenericContainer, Wait, getContainerRuntimeClient } = await import('testcontainers')
+  try {
+    await getContainerRuntimeClient()
+  } catch (error) {
+    const at = process.env.DOCKER_HOST ? ` at ${redactUrl(process.env.DOCKER_HOST)}` : ''
+    throw new TestDatabaseUnavailable(
+      `TEST_DATABASE=container: no Docker engine reachable${at} (${reason(error)}): install and start one, or use TEST_DATABASE=pglite|postgres`,
+    )
+  }
+  try {
+    const container = await new GenericContainer(image)
+      .withEnvironment({ POSTGRES_PASSWORD: 'postgres' })
+      .withExposedPorts(5432)
+      // Under Bun the default wait strategy has hung; the second "ready" line is the real server.
+      .withWaitStrategy(Wait.forLogMessage(/database system is ready to accept connections/, 2))
+      .start()
+    return `postgres://postgres:postgres@${container.getHost()}:${container.getMappedPort(5432)}/postgres`
+  } catch (error) {
+    throw new TestDatabaseUnavailable(
+      `TEST_DATABASE=container: cannot start ${image} (${reason(error)}): the engine must be able to pull or have the image, or use TEST_DATABASE=pglite|postgres`,
+    )
+  }
+}
+
+async function resolveTestDatabaseMode(): Promise<TestDatabaseMode> {
+  const choice = testDatabaseChoice()
+  if (choice === 'postgres') {
+    const serverUrl = process.env.DATABASE_URL
+    if (!serverUrl) {
+      throw new TestDatabaseUnavailable(
+        'TEST_DATABASE=postgres needs DATABASE_URL (e.g. postgres://postgres@127.0.0.1:5432/test); unset TEST_DATABASE or use TEST_DATABASE=pglite to run without a server',
+      )
+    }
+    await checkPostgres(serverUrl)
+    return { choice, kind: 'postgres', serverUrl }
+  }
+  // Processes the tests spawn inherit process.env: on PGlite or a container they must not find
+  // (and use) a server that is not the chosen one.
+  delete process.env.DATABASE_URL
+  if (choice === 'container') {
+    const image = process.env.TEST_POSTGRES_IMAGE?.trim() || POSTGRES_IMAGE
+    return { choice, kind: 'postgres', serverUrl: await startPostgresContainer(image), image }
+  }
+  return { choice, kind: 'pglite' }
+}
+
+/**
+ * The database this run uses, resolved once per test process (the container, if any, started
+ * once). Rejects with a TestDatabaseUnavailable when the chosen database cannot be used.
+ */
 export function testDatabaseMode(): Promise<TestDatabaseMode> {
-  modePromise ??= (async () => {
-    if (process.env.DATABASE_URL) return { kind: 'postgres', serverUrl: process.env.DATABASE_URL, source: 'DATABASE_URL' }
-    if (await dockerReachable()) return { kind: 'postgres', serverUrl: await startPostgresContainer(), source: 'testcontainers' }
-    return { kind: 'pglite' }
-  })()
+  modePromise ??= resolveTestDatabaseMode()
   return modePromise
 }
 
