@@ -11,7 +11,13 @@ import { isForbiddenHost } from '../../src/delivery/ssrf.ts'
 // Two servers on one PostgreSQL drain one backlog. PGlite is one process's database: nothing to share there.
 setDefaultTimeout(90_000)
 
+// Nothing is answered until both processes listen: one that started first (the other waits on the
+// migration lock) would otherwise drain the whole backlog alone.
+let bothListening: () => void
+const listening = new Promise<void>((resolve) => (bothListening = resolve))
+
 const receiver = startReceiver(async () => {
+  await listening
   // Slow enough that a second concurrent send of one delivery would overlap the first.
   await Bun.sleep(15)
   return new Response('ok')
@@ -44,6 +50,7 @@ test.if(!!database.url)('two processes on one PostgreSQL send every delivery onc
     LOG_LEVEL: 'debug',
   }
   const servers: RunningProcess[] = await Promise.all([startServerProcess(['bun', 'src/main.ts'], env), startServerProcess(['bun', 'src/main.ts'], env)])
+  bothListening!()
   try {
     await receiver.waitFor((received) => received.length >= HOOKS * EVENTS_PER_HOOK, 60_000)
     await Bun.sleep(500)
