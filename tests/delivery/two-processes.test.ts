@@ -48,6 +48,9 @@ test.if(!!database.url)('two processes on one PostgreSQL send every delivery onc
     WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true',
     WEBHOOK_CA_FILE: receiver.caFile,
     LOG_LEVEL: 'debug',
+    // Fewer slots per process than the subscriptions have between them (8 × 2): one process cannot
+    // keep every subscription at its bound, so the other always finds due rows to claim.
+    WEBHOOK_CONCURRENCY: '4',
   }
   const servers: RunningProcess[] = await Promise.all([startServerProcess(['bun', 'src/main.ts'], env), startServerProcess(['bun', 'src/main.ts'], env)])
   bothListening!()
