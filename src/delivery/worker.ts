@@ -1,8 +1,6 @@
 // The delivery worker thread (started by src/delivery/supervisor.ts): claim → send → record.
 import postgres from 'postgres'
-import { drizzle } from 'drizzle-orm/postgres-js'
-import type { Database } from '../lib/db/client.ts'
-import * as schema from '../lib/db/schema.ts'
+import { preparedDrizzle } from '../lib/db/client.ts'
 import { createSecretBox, type SecretBox } from '../lib/secret-box.ts'
 import type { LogFields } from '../lib/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
@@ -35,7 +33,7 @@ function proxiedStore(): DeliveryStore {
 /** PostgreSQL: a pool of this thread's own, and LISTEN so that commits in any process wake it. */
 async function postgresStore(url: string, onNotified: () => void): Promise<DeliveryStore> {
   const client = postgres(url, { max: 4, onnotice: () => {} })
-  const db = drizzle(client, { schema }) as unknown as Database
+  const db = preparedDrizzle(client)
   const listening = await client.listen(DELIVERIES_CHANNEL, onNotified)
   closeDatabase = async () => {
     await listening.unlisten().catch(() => {})

@@ -15,10 +15,39 @@ export interface DatabaseHandle {
   close(): Promise<void>
 }
 
+/**
+ * Drizzle over postgres-js, with every statement prepared. Drizzle asks postgres-js not to
+ * prepare, and postgres-js then sends each parameterized statement in two round trips (Parse +
+ * Describe, then Bind + Execute) and PostgreSQL plans it every time; prepared, a statement costs
+ * one round trip after its first use on a connection. Our SQL texts are a fixed set (values
+ * are always parameters), so the per-connection statement cache stays small.
+ */
+export function preparedDrizzle(client: postgres.Sql): Database {
+  return drizzlePostgres(alwaysPrepare(client), { schema }) as unknown as Database
+}
+
+function alwaysPrepare(client: postgres.Sql): postgres.Sql {
+  return new Proxy(client, {
+    get(target, property, receiver) {
+      if (property === 'unsafe') {
+        return (query: string, parameters?: postgres.ParameterOrJSON<never>[], options?: postgres.UnsafeQueryOptions) =>
+          target.unsafe(query, parameters, { ...options, prepare: true })
+      }
+      if (property === 'begin' || property === 'savepoint') {
+        return (...args: unknown[]) => {
+          const body = args.pop() as (inner: postgres.Sql) => unknown
+          return (Reflect.get(target, property) as (...a: unknown[]) => unknown).call(target, ...args, (inner: postgres.Sql) => body(alwaysPrepare(inner)))
+        }
+      }
+      return Reflect.get(target, property, receiver)
+    },
+  })
+}
+
 export function postgresDatabase(url: string, options: { max?: number } = {}): DatabaseHandle {
   const client = postgres(url, { max: options.max ?? 10, onnotice: () => {} })
   return {
-    db: drizzlePostgres(client, { schema }) as unknown as Database,
+    db: preparedDrizzle(client),
     kind: 'postgres',
     close: () => client.end({ timeout: 5 }),
   }
