@@ -22,7 +22,7 @@ import { revocationRoutes } from './oauth/revocation.ts'
 import { sessionRoutes } from './oauth/session.ts'
 import { hookRoutes } from './hooks/routes.ts'
 import { messageRoutes } from './messages/routes.ts'
-import type { Carrier } from './messages/carrier.ts'
+import type { MessageDeps } from './messages/service.ts'
 import { isForbiddenHost } from './delivery/ssrf.ts'
 import { mcpRoutes } from './mcp/routes.ts'
 
@@ -36,9 +36,8 @@ export interface AppDeps {
   signer: TokenSigner
   bearer: BearerAuthenticator
   secretBox: SecretBox
-  carrier: Carrier
-  /** Wakes this process's delivery worker after a commit that queued deliveries. */
-  deliveriesQueued(): void
+  /** The carrier, how outcomes are written and who hears of new deliveries. */
+  messaging: MessageDeps
   /** Applies recent cache invalidations now (after a revocation made by this instance). */
   syncCaches(): Promise<void>
 }
@@ -80,7 +79,7 @@ export function createApp(deps: AppDeps) {
         .use(sessionRoutes(auth))
         .use(hookRoutes(hooks))
         .use(mcpRoutes({ ...hooks, publicUrl: deps.config.publicUrl, allowedOrigins: deps.config.mcpAllowedOrigins }))
-        .use(messageRoutes({ ...auth, db: deps.db, carrier: deps.carrier, logger: deps.logger, deliveriesQueued: deps.deliveriesQueued })))
+        .use(messageRoutes({ ...auth, ...deps.messaging })))
 }
 
 export type App = ReturnType<typeof createApp>

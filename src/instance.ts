@@ -14,7 +14,7 @@ import { createAccountReader } from './accounts/account-cache.ts'
 import { createApiKeyAuthenticator, newApiKeyCache } from './auth/authenticator.ts'
 import { createBearerAuthenticator } from './auth/bearer.ts'
 import { sandboxCarrier } from './messages/carrier.ts'
-import { dispatchStaleQueuedMessages } from './messages/service.ts'
+import { createMessageSettler, dispatchStaleQueuedMessages, type MessageDeps } from './messages/service.ts'
 import { prepareActiveKeyLookup } from './auth/api-keys.ts'
 import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/secret-box.ts'
 import { createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
@@ -124,6 +124,7 @@ export async function createInstance(options: {
     worker?.wake()
     notifier?.committed()
   }
+  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, settleMessage: createMessageSettler(handle.db), deliveriesQueued }
   const app = createApp({
     config,
     db: handle.db,
@@ -134,13 +135,12 @@ export async function createInstance(options: {
     isCacheTrusted: feed.isFresh,
     signer,
     secretBox,
-    carrier: sandboxCarrier,
-    deliveriesQueued,
+    messaging,
     syncCaches: feed.pollNow,
   })
   const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger }) : undefined
   const successorErasure = startSuccessorErasure({ db: handle.db, graceSeconds: config.oauthRefreshGraceSeconds, logger })
-  const caughtUp = await dispatchStaleQueuedMessages({ db: handle.db, carrier: sandboxCarrier, logger, deliveriesQueued })
+  const caughtUp = await dispatchStaleQueuedMessages(messaging)
   if (caughtUp > 0) logger.info('dispatched messages left queued by a stopped process', { count: caughtUp })
   return {
     app,

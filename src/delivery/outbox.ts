@@ -1,32 +1,47 @@
-import { and, eq } from 'drizzle-orm'
+import { sql, type SQL } from 'drizzle-orm'
 import type { Static } from 'elysia'
-import type { DatabaseTransaction } from '../lib/db/client.ts'
-import { deliveries, events, hooks } from '../lib/db/schema.ts'
 import { newId } from '../lib/ids.ts'
 import type { EventType } from '../hooks/event-types.ts'
 import type { EventSchema, MessageSchema } from '../messages/schemas.ts'
 
 export type EventPayload = Static<typeof EventSchema>
 
-/**
- * Stores an event and one pending delivery per active subscription of its type, inside the
- * caller's transaction: the change, the event and its deliveries commit together or not at
- * all, so a committed event is never without its deliveries. Subscriptions made later do not
- * see it. The caller announces the commit (MessageDeps.deliveriesQueued).
- */
-export async function recordEvent(
-  tx: DatabaseTransaction,
-  input: { accountId: string; type: EventType; message: Static<typeof MessageSchema> },
-): Promise<{ event: EventPayload; deliveryCount: number }> {
+/** An event about to be stored: its payload is the exact JSON body every delivery of it sends. */
+export interface PendingEvent {
+  id: string
+  accountId: string
+  type: EventType
+  payload: string
+}
+
+export function buildEvent(input: { accountId: string; type: EventType; message: Static<typeof MessageSchema> }): { event: EventPayload; pending: PendingEvent } {
   const id = newId('evt')
   const event: EventPayload = { id, type: input.type, timestamp: new Date().toISOString(), account_id: input.accountId, data: { message: input.message } }
-  await tx.insert(events).values({ id, accountId: input.accountId, type: input.type, payload: JSON.stringify(event) })
-  const subscribers = await tx
-    .select({ id: hooks.id })
-    .from(hooks)
-    .where(and(eq(hooks.accountId, input.accountId), eq(hooks.event, input.type), eq(hooks.status, 'active')))
-  if (subscribers.length > 0) {
-    await tx.insert(deliveries).values(subscribers.map((hook) => ({ id: newId('dlv'), eventId: id, hookId: hook.id })))
-  }
-  return { event, deliveryCount: subscribers.length }
+  return { event, pending: { id, accountId: input.accountId, type: input.type, payload: JSON.stringify(event) } }
 }
+
+/**
+ * The tail of a statement that stores events: given an earlier member `stored_events(id,
+ * account_id, type, payload)` of the caller's `WITH`, it inserts those events and one pending
+ * delivery per active subscription of their account and type, and selects how many deliveries
+ * it made. The change that caused the events, the events and their deliveries are then one
+ * statement: they commit together or not at all, so a committed event is never without its
+ * deliveries, at the cost of one round trip. Subscriptions made later do not see the event.
+ *
+ * A delivery id is made here, not in JavaScript, because how many there are is only known in
+ * the statement: `dlv_`, the event id's 10 time characters (so deliveries sort by their
+ * event's time), and 64 random bits as 16 hex digits (all valid in the id alphabet).
+ */
+export const storeEventsAndDeliveries: SQL = sql`,
+  new_events as (
+    insert into events (id, account_id, type, payload)
+    select id, account_id, type, payload from stored_events
+    returning id, account_id, type
+  ),
+  new_deliveries as (
+    insert into deliveries (id, event_id, hook_id)
+    select 'dlv_' || substr(e.id, 5, 10) || substr(replace(gen_random_uuid()::text, '-', ''), 1, 16), e.id, h.id
+    from new_events e join hooks h on h.account_id = e.account_id and h.event = e.type and h.status = 'active'
+    returning 1
+  )
+  select (select count(*) from new_deliveries)::int as delivery_count`

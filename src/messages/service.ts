@@ -1,13 +1,14 @@
 import { and, desc, eq, gte, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
-import type { Database } from '../lib/db/client.ts'
+import { queryRows, type Database } from '../lib/db/client.ts'
+import { createBatcher } from '../lib/batcher.ts'
 import { events, messages } from '../lib/db/schema.ts'
 import { isId, newId } from '../lib/ids.ts'
 import type { Logger } from '../lib/logger.ts'
 import { readPage, type Page } from '../lib/pagination.ts'
 import type { EventType } from '../hooks/event-types.ts'
 import type { Carrier } from './carrier.ts'
-import { recordEvent, type EventPayload } from '../delivery/outbox.ts'
+import { buildEvent, storeEventsAndDeliveries, type EventPayload } from '../delivery/outbox.ts'
 import type { MessageSchema } from './schemas.ts'
 
 export type Message = typeof messages.$inferSelect
@@ -17,6 +18,8 @@ export interface MessageDeps {
   db: Database
   carrier: Carrier
   logger: Logger
+  /** Writes carriers' outcomes in batches (createMessageSettler). */
+  settleMessage: MessageSettler
   /** Called after a commit that queued deliveries: wakes this process's delivery worker. */
   deliveriesQueued(): void
 }
@@ -44,21 +47,71 @@ export async function acceptMessage(db: Database, accountId: string, input: { to
   return message!
 }
 
+/** A carrier's outcome for a queued message, with the event that reports it. */
+interface Settlement {
+  message_id: string
+  status: 'delivered' | 'failed'
+  error: string | null
+  updated_at: string
+  event_id: string
+  event_type: EventType
+  payload: string
+}
+
+/** Records one settlement; resolves to the number of deliveries its batch queued. */
+export type MessageSettler = (settlement: Settlement) => Promise<number>
+
 /**
- * Hands a queued message to the carrier and records the outcome: the status change, its event
- * and the event's deliveries in one transaction. A message already settled is left alone.
+ * Settles messages in batches (src/lib/batcher.ts), each batch one statement: the status
+ * changes, their events and the events' deliveries (src/delivery/outbox.ts). A message no
+ * longer queued (another process settled it) is left alone and gets no event.
  */
+export function createMessageSettler(db: Database): MessageSettler {
+  const batcher = createBatcher<Settlement, number>(
+    async (batch) => {
+      const [row] = await queryRows<{ delivery_count: number }>(
+        db,
+        sql`with input as (
+              select * from jsonb_to_recordset(${JSON.stringify(batch)}::jsonb) as i(
+                message_id text, status text, error text, updated_at timestamptz, event_id text, event_type text, payload text)
+            ),
+            settled as (
+              update messages m set status = i.status, error = i.error, updated_at = i.updated_at
+              from input i
+              where m.id = i.message_id and m.status = 'queued'
+              returning m.id, m.account_id
+            ),
+            stored_events as (
+              select i.event_id as id, s.account_id, i.event_type as type, i.payload
+              from input i join settled s on s.id = i.message_id
+            )${storeEventsAndDeliveries}`,
+      )
+      return batch.map(() => Number(row?.delivery_count ?? 0))
+    },
+    { maxBatch: 256 },
+  )
+  return batcher.submit
+}
+
+/** Hands a queued message to the carrier and records the outcome, its event and the event's deliveries. */
 export async function dispatchMessage(deps: MessageDeps, message: Message): Promise<void> {
   const outcome = await deps.carrier.deliver(message.contact, message.body)
-  const queued = await deps.db.transaction(async (tx) => {
-    const [settled] = await tx
-      .update(messages)
-      .set({ status: outcome.delivered ? 'delivered' : 'failed', error: outcome.delivered ? null : outcome.error, updatedAt: sql`now()` })
-      .where(and(eq(messages.id, message.id), eq(messages.status, 'queued')))
-      .returning()
-    if (!settled) return 0
-    const type: EventType = outcome.delivered ? 'message.delivered' : 'message.failed'
-    return (await recordEvent(tx, { accountId: settled.accountId, type, message: toMessageResource(settled) })).deliveryCount
+  const settled: Message = {
+    ...message,
+    status: outcome.delivered ? 'delivered' : 'failed',
+    error: outcome.delivered ? null : outcome.error,
+    updatedAt: new Date(),
+  }
+  const type: EventType = outcome.delivered ? 'message.delivered' : 'message.failed'
+  const { pending } = buildEvent({ accountId: message.accountId, type, message: toMessageResource(settled) })
+  const queued = await deps.settleMessage({
+    message_id: message.id,
+    status: settled.status as Settlement['status'],
+    error: settled.error,
+    updated_at: settled.updatedAt.toISOString(),
+    event_id: pending.id,
+    event_type: type,
+    payload: pending.payload,
   })
   if (queued > 0) deps.deliveriesQueued()
 }
@@ -73,25 +126,34 @@ export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<nu
     .from(messages)
     .where(and(eq(messages.status, 'queued'), lt(messages.createdAt, sql`now() - make_interval(secs => ${STALE_QUEUED_SECONDS})`)))
     .limit(1000)
-  for (const message of stale) await dispatchMessage(deps, message)
+  await Promise.all(stale.map((message) => dispatchMessage(deps, message)))
   return stale.length
 }
 
-/** A contact writing back (the sandbox's stand-in for a carrier's inbound webhook). */
+/**
+ * A contact writing back (the sandbox's stand-in for a carrier's inbound webhook): the
+ * message, its event and the event's deliveries in one statement.
+ */
 export async function receiveInboundMessage(
   deps: Pick<MessageDeps, 'db' | 'deliveriesQueued'>,
   accountId: string,
   input: { from: string; body: string },
 ): Promise<Message> {
-  const { message, deliveryCount } = await deps.db.transaction(async (tx) => {
-    const [message] = await tx
-      .insert(messages)
-      .values({ id: newId('msg'), accountId, direction: 'inbound', contact: input.from, body: input.body, status: 'received' })
-      .returning()
-    const { deliveryCount } = await recordEvent(tx, { accountId, type: 'message.inbound', message: toMessageResource(message!) })
-    return { message: message!, deliveryCount }
-  })
-  if (deliveryCount > 0) deps.deliveriesQueued()
+  const now = new Date()
+  const message: Message = { id: newId('msg'), accountId, direction: 'inbound', contact: input.from, body: input.body, status: 'received', error: null, createdAt: now, updatedAt: now }
+  const { pending } = buildEvent({ accountId, type: 'message.inbound', message: toMessageResource(message) })
+  const [row] = await queryRows<{ delivery_count: number }>(
+    deps.db,
+    sql`with stored_message as (
+          insert into messages (id, account_id, direction, contact, body, status, created_at, updated_at)
+          values (${message.id}, ${accountId}, 'inbound', ${input.from}, ${input.body}, 'received', ${now.toISOString()}::timestamptz, ${now.toISOString()}::timestamptz)
+          returning account_id
+        ),
+        stored_events as (
+          select ${pending.id}::text as id, account_id, ${pending.type}::text as type, ${pending.payload}::text as payload from stored_message
+        )${storeEventsAndDeliveries}`,
+  )
+  if (Number(row?.delivery_count ?? 0) > 0) deps.deliveriesQueued()
   return message
 }
 

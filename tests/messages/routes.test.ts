@@ -3,8 +3,9 @@ import { eq, sql } from 'drizzle-orm'
 import { startTestServer } from '../support/server.ts'
 import { deliveries, events, messages } from '../../src/lib/db/schema.ts'
 import { createLogger } from '../../src/lib/logger.ts'
+import { isId } from '../../src/lib/ids.ts'
 import { sandboxCarrier } from '../../src/messages/carrier.ts'
-import { acceptMessage, dispatchStaleQueuedMessages } from '../../src/messages/service.ts'
+import { acceptMessage, createMessageSettler, dispatchStaleQueuedMessages } from '../../src/messages/service.ts'
 import { authorizeAndRedeem, flowFixture } from '../oauth/support.ts'
 
 // These tests read the outbox as the message path writes it: no worker sends (and records attempts) meanwhile.
@@ -95,6 +96,30 @@ describe('messages and their events', () => {
     expect(await db.select().from(deliveries).where(eq(deliveries.hookId, hookId))).toHaveLength(0)
   })
 
+  test('a burst of messages, settled in batches: each gets its own event, with one delivery per subscription, ids well formed and unique', async () => {
+    const carol = await server.createAccountWithKey('Carol')
+    const first = await subscribe(carol, 'message.delivered', 'c-1')
+    const second = await subscribe(carol, 'message.delivered', 'c-2')
+    const sent = await Promise.all(Array.from({ length: 60 }, (_, i) => post(carol, '/messages', { to: `+1415555${String(1000 + i)}`, body: `burst ${i}` }).then((response) => response.json())))
+    for (const message of sent) expect((await settled(carol, message.id)).status).toBe('delivered')
+    const stored = await db.select().from(events).where(eq(events.accountId, carol.accountId))
+    expect(stored.map((event) => JSON.parse(event.payload).data.message.id).sort()).toEqual(sent.map((message) => message.id).sort())
+    for (const event of stored) {
+      const payload = JSON.parse(event.payload)
+      expect(payload).toMatchObject({ id: event.id, type: 'message.delivered', account_id: carol.accountId, data: { message: { status: 'delivered' } } })
+      const rows = await deliveriesOf(event.id)
+      expect(rows.map((row) => row.hookId).sort()).toEqual([first, second].sort())
+      for (const row of rows) expect(isId('dlv', row.id)).toBe(true)
+    }
+    const ids = (await db.select({ id: deliveries.id }).from(deliveries).where(sql`${deliveries.hookId} in (${first}, ${second})`)).map((row) => row.id)
+    expect(new Set(ids).size).toBe(120)
+    // The message the API reads back is the one the event carries.
+    const [one] = sent
+    const read = await (await get(carol, `/messages/${one.id}`)).json()
+    const carried = stored.map((event) => JSON.parse(event.payload)).find((payload) => payload.data.message.id === one.id)
+    expect(carried.data.message).toEqual(read)
+  })
+
   test('the event log filters by since and pages newest first', async () => {
     const owner = await server.createAccountWithKey('Log')
     for (let i = 0; i < 3; i++) await post(owner, '/sandbox/inbound', { from: '+447700900126', body: `n${i}` })
@@ -151,7 +176,7 @@ describe('a process stopped between accepting and dispatching', () => {
     const stranded = await acceptMessage(db, owner.accountId, { to: '+14155550127', body: 'left behind' })
     await db.update(messages).set({ createdAt: sql`now() - interval '5 minutes'` }).where(eq(messages.id, stranded.id))
     const fresh = await acceptMessage(db, owner.accountId, { to: '+14155550128', body: 'still being sent' })
-    const count = await dispatchStaleQueuedMessages({ db, carrier: sandboxCarrier, logger: createLogger('silent'), deliveriesQueued: () => {} })
+    const count = await dispatchStaleQueuedMessages({ db, carrier: sandboxCarrier, logger: createLogger('silent'), settleMessage: createMessageSettler(db), deliveriesQueued: () => {} })
     expect(count).toBeGreaterThanOrEqual(1)
     const [after] = await db.select().from(messages).where(eq(messages.id, stranded.id))
     expect(after!.status).toBe('delivered')

@@ -1,0 +1,37 @@
+/**
+ * Group commit: items submitted while a batch is being written wait and go together in the
+ * next one, so a busy path makes one statement (one round trip, one commit) per batch instead
+ * of one per item, and an idle one adds no delay (the first item is written at once).
+ *
+ * A batch that fails is retried one item at a time, so one bad item fails alone.
+ */
+export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Result[]>, options: { maxBatch: number }) {
+  type Waiting = { item: Item; resolve(result: Result): void; reject(error: unknown): void }
+  const queue: Waiting[] = []
+  let draining = false
+
+  const settle = async (batch: Waiting[]) => {
+    try {
+      const results = await run(batch.map((waiting) => waiting.item))
+      batch.forEach((waiting, index) => waiting.resolve(results[index]!))
+    } catch (error) {
+      if (batch.length === 1) return batch[0]!.reject(error)
+      for (const waiting of batch) await settle([waiting])
+    }
+  }
+
+  const drain = async () => {
+    draining = true
+    while (queue.length > 0) await settle(queue.splice(0, options.maxBatch))
+    draining = false
+  }
+
+  return {
+    submit(item: Item): Promise<Result> {
+      return new Promise<Result>((resolve, reject) => {
+        queue.push({ item, resolve, reject })
+        if (!draining) void drain()
+      })
+    },
+  }
+}

@@ -1,0 +1,40 @@
+import { describe, expect, test } from 'bun:test'
+import { createBatcher } from '../../src/lib/batcher.ts'
+
+describe('createBatcher', () => {
+  test('the first item goes at once; items submitted meanwhile go together in the next batch, in order', async () => {
+    const batches: number[][] = []
+    let release: () => void = () => {}
+    const batcher = createBatcher<number, number>(
+      async (items) => {
+        batches.push(items)
+        if (batches.length === 1) await new Promise<void>((resolve) => (release = resolve))
+        return items.map((item) => item * 10)
+      },
+      { maxBatch: 3 },
+    )
+    const results = [batcher.submit(1), batcher.submit(2), batcher.submit(3), batcher.submit(4), batcher.submit(5)]
+    await Bun.sleep(1)
+    expect(batches).toEqual([[1]])
+    release()
+    expect(await Promise.all(results)).toEqual([10, 20, 30, 40, 50])
+    expect(batches).toEqual([[1], [2, 3, 4], [5]])
+  })
+
+  test('a failing batch is retried one item at a time: only the bad item fails', async () => {
+    const batcher = createBatcher<string, string>(
+      async (items) => {
+        if (items.includes('bad')) throw new Error('bad item')
+        return items.map((item) => item.toUpperCase())
+      },
+      { maxBatch: 10 },
+    )
+    const first = batcher.submit('first')
+    const rest = [batcher.submit('a'), batcher.submit('bad'), batcher.submit('b')]
+    expect(await first).toBe('FIRST')
+    const settled = await Promise.allSettled(rest)
+    expect(settled.map((result) => result.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
+    expect((settled[0] as PromiseFulfilledResult<string>).value).toBe('A')
+    expect((settled[1] as PromiseRejectedResult).reason).toBeInstanceOf(Error)
+  })
+})
