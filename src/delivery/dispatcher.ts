@@ -1,3 +1,4 @@
+import { createFlowControl, type FlowSettings } from './flow-control.ts'
 import { decideAfterAttempt } from './policy.ts'
 import type { AttemptResult } from './send.ts'
 import type { ClaimOptions, ClaimedDelivery, RecordedAttempt } from './store.ts'
@@ -17,9 +18,12 @@ export interface DispatcherOptions {
   /** One attempt; never throws (src/delivery/send.ts). */
   send(delivery: ClaimedDelivery): Promise<AttemptResult>
   schedule: readonly number[]
-  /** Sends in flight at once. */
+  /** Sends in flight at once (WEBHOOK_CONCURRENCY). */
   concurrency: number
-  perHook: number
+  /** Each subscription's adaptive window (src/delivery/flow-control.ts). */
+  flow: FlowSettings
+  /** Deliveries of one subscription in flight at once across every process (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION). */
+  maxPerHook: number
   leaseMs: number
   /** The safety net: claim this often even when nothing woke the dispatcher (retries fall due this way). */
   pollMs: number
@@ -33,16 +37,22 @@ export interface Dispatcher {
   stop(): Promise<void>
   /** For tests and logs: sends in flight and attempts waiting to be recorded. */
   stats(): { inFlight: number; unrecorded: number }
+  /** For tests and logs: a subscription's window and its attempts in flight in this process. */
+  flowOf(hookId: string): { window: number; inFlight: number } | undefined
 }
 
 /**
  * Keeps up to `concurrency` deliveries in flight: claims as many as there are free slots until a
- * claim comes back empty, sends each outside any transaction, and records finished attempts in batches (whatever
- * finished while the previous batch was being written). Recording frees the subscription's
- * slot in the database, so every flush is followed by another claim.
+ * claim comes back empty, sends each outside any transaction, and records finished attempts in
+ * batches (whatever finished while the previous batch was being written). Recording frees the
+ * subscription's slot in the database, so every flush is followed by another claim.
+ *
+ * Each subscription may have no more in flight than its adaptive window, and no more than its
+ * fair share of the slots (src/delivery/flow-control.ts): the claim is told both.
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const { store, concurrency } = options
+  const flow = createFlowControl(options.flow)
   let inFlight = 0
   let claiming = false
   let wokenWhileClaiming = false
@@ -62,7 +72,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         wokenWhileClaiming = false
         while (!stopped && inFlight < concurrency) {
           const free = concurrency - inFlight
-          const batch = await store.claim({ limit: free, leaseMs: options.leaseMs, perHook: options.perHook })
+          const batch = await store.claim({
+            limit: free,
+            leaseMs: options.leaseMs,
+            allowances: flow.allowances(concurrency),
+            defaultAllowance: flow.newcomerAllowance(concurrency),
+            maxPerHook: options.maxPerHook,
+          })
           for (const delivery of batch) void sendOne(delivery)
           // A short batch is not proof that nothing is due: subscriptions that reach their bound
           // in this claim are left out of the next one, which can then reach rows behind them.
@@ -79,7 +95,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   const sendOne = async (delivery: ClaimedDelivery) => {
     inFlight++
+    flow.started(delivery.hookId)
+    const startedAt = performance.now()
     const result = await options.send(delivery)
+    flow.answered(delivery.hookId, startedAt, result)
     finished.push({ deliveryId: delivery.id, result, decision: decideAfterAttempt(result, delivery.attempts + 1, options.schedule) })
     inFlight--
     flush()
@@ -123,5 +142,6 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       })
     },
     stats: () => ({ inFlight, unrecorded: finished.length }),
+    flowOf: (hookId) => flow.state(hookId),
   }
 }

@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { newId } from '../lib/ids.ts'
-import type { DeliveryDecision } from './policy.ts'
+import { MAX_RETRY_AFTER_MS, type DeliveryDecision } from './policy.ts'
 import type { AttemptResult } from './send.ts'
 
 /** A delivery leased to one sender, with everything needed to send it. Plain data: it crosses threads. */
@@ -21,8 +21,12 @@ export interface ClaimedDelivery {
 export interface ClaimOptions {
   limit: number
   leaseMs: number
-  /** Deliveries of one subscription in flight at once, across every sender on the database. */
-  perHook: number
+  /** Attempts each subscription may start in this claim, for those the caller keeps a window for (src/delivery/flow-control.ts). */
+  allowances: Record<string, number>
+  /** Attempts any other subscription may start in this claim. */
+  defaultAllowance: number
+  /** Deliveries of one subscription in flight at once, across every sender on the database (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION). */
+  maxPerHook: number
 }
 
 /** What one attempt did, ready to be stored. */
@@ -42,16 +46,23 @@ export const CONTINUOUS_FAILURE_DISABLES_AFTER_MS = 5 * 24 * 3_600_000
 const CLAIM_LOCK = 7_200_011
 
 /**
- * Leases up to `limit` due deliveries of active subscriptions, never putting more than
- * `perHook` of one subscription in flight. One short transaction; the HTTP calls happen after it.
+ * Leases up to `limit` due deliveries of active subscriptions. One short transaction; the HTTP
+ * calls happen after it. Per subscription it takes no more than the smallest of: the caller's
+ * allowance (its adaptive window and fair share), what the cross-process maximum leaves, and
+ * what the subscription's rate limit leaves of this second; a subscription a receiver asked to
+ * wait (Retry-After) gets nothing until then.
+ *
+ * Order is round-robin, not first-come: due rows are ranked within their subscription, and a
+ * row's rank is what its subscription already has in flight plus its place in line, so the
+ * subscription with the least in flight is served first and a backlog of one cannot fill a
+ * claim while another waits. Subscriptions with no room at all are left out before the scan,
+ * so their backlog does not hide other subscriptions' due rows.
  *
  * Rows are locked `FOR UPDATE SKIP LOCKED`, so senders never wait on each other's rows and a
  * row is never leased twice. Claims also take a transaction-scoped advisory lock: a claim takes
  * about a millisecond, and running them one at a time means each one counts the leases every
- * earlier claim committed, which is what makes the per-subscription bound exact across
- * processes. Subscriptions already at the bound are left out before the scan, so a backlog
- * for a slow receiver does not hide other subscriptions' due rows. A lease that runs out (its
- * sender died) makes the row due again.
+ * earlier claim committed, which is what makes the cross-process bounds exact. A lease that
+ * runs out (its sender died) makes the row due again.
  */
 export async function claimDueDeliveries(db: Database, options: ClaimOptions): Promise<ClaimedDelivery[]> {
   const scan = Math.max(options.limit * 4, 64)
@@ -68,29 +79,53 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions): P
       previous_secret_ciphertext: string | null
     }>(
       tx as unknown as Database,
-      sql`with in_flight as (
+      sql`with allowance as (
+            select key as hook_id, value::int as n from jsonb_each_text(${JSON.stringify(options.allowances)}::jsonb)
+          ),
+          in_flight as (
             select hook_id, count(*)::int as n from deliveries
             where leased_until >= now()
             group by hook_id
           ),
+          full_hooks as (
+            select hook_id from allowance where n <= 0
+            union all
+            select hook_id from in_flight where n >= ${options.maxPerHook}
+          ),
           candidates as (
-            select d.id, d.hook_id, d.next_attempt_at from deliveries d
-            join hooks h on h.id = d.hook_id and h.status = 'active'
+            select d.id, d.hook_id, d.next_attempt_at,
+                   case when h.rate_limit_per_s is null then ${options.maxPerHook}
+                        when h.rate_window_started_at = date_trunc('second', now()) then h.rate_limit_per_s - h.rate_window_count
+                        else h.rate_limit_per_s end as rate_room
+            from deliveries d
+            join hooks h on h.id = d.hook_id and h.status = 'active' and (h.throttled_until is null or h.throttled_until <= now())
             where d.status = 'pending' and d.next_attempt_at <= now() and (d.leased_until is null or d.leased_until < now())
-              and d.hook_id not in (select hook_id from in_flight where n >= ${options.perHook})
+              and d.hook_id not in (select hook_id from full_hooks)
             order by d.next_attempt_at
             limit ${scan}
             for update of d skip locked
           ),
+          ranked as (
+            select c.id, c.hook_id, c.next_attempt_at,
+                   row_number() over (partition by c.hook_id order by c.next_attempt_at, c.id) as place,
+                   coalesce(f.n, 0) as held,
+                   least(coalesce(a.n, ${options.defaultAllowance}), ${options.maxPerHook} - coalesce(f.n, 0), c.rate_room) as room
+            from candidates c
+            left join in_flight f on f.hook_id = c.hook_id
+            left join allowance a on a.hook_id = c.hook_id
+          ),
           picked as (
-            select id from (
-              select c.id, c.next_attempt_at,
-                     row_number() over (partition by c.hook_id order by c.next_attempt_at, c.id) + coalesce(f.n, 0) as slot
-              from candidates c left join in_flight f on f.hook_id = c.hook_id
-            ) ranked
-            where slot <= ${options.perHook}
-            order by next_attempt_at
+            select id, hook_id from ranked
+            where place <= room
+            order by held + place, next_attempt_at
             limit ${options.limit}
+          ),
+          rate_counted as (
+            update hooks h set
+              rate_window_count = case when h.rate_window_started_at = date_trunc('second', now()) then h.rate_window_count else 0 end + p.n,
+              rate_window_started_at = date_trunc('second', now())
+            from (select hook_id, count(*)::int as n from picked group by hook_id) p
+            where h.id = p.hook_id and h.rate_limit_per_s is not null
           )
           update deliveries d set leased_until = now() + make_interval(secs => ${options.leaseMs / 1000})
           from picked, events e, hooks h
@@ -114,7 +149,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions): P
 /**
  * Stores a batch of attempts in one statement: each attempt's log row, its delivery's next
  * state, and what the batch means for each subscription (a success resets its failure clock, a
- * 410 or five days of failures disable it). A delivery deleted meanwhile (its subscription was
+ * 410 or five days of failures disable it, a 429 or 503 with Retry-After pauses it that long). A delivery deleted meanwhile (its subscription was
  * deleted) is skipped. One statement per batch rather than per attempt keeps the database off
  * the critical path when hundreds of attempts finish each second.
  */
@@ -130,12 +165,13 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
     outcome: decision.kind,
     delay_ms: decision.kind === 'retry' ? decision.delayMs : null,
     disable_reason: decision.kind === 'disable_hook' ? decision.reason : null,
+    throttle_ms: (result.status === 429 || result.status === 503) && result.retryAfterSeconds !== null ? Math.min(result.retryAfterSeconds * 1000, MAX_RETRY_AFTER_MS) : null,
   }))
   const failureReason = `Every delivery attempt failed for ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 86_400_000} days.`
   await db.execute(sql`with input as (
       select * from jsonb_to_recordset(${JSON.stringify(input)}::jsonb) as i(
         delivery_id text, attempt_id text, status_code int, duration_ms int, error text, response_snippet text,
-        outcome text, delay_ms float8, disable_reason text)
+        outcome text, delay_ms float8, disable_reason text, throttle_ms float8)
     ),
     moved as (
       update deliveries d set
@@ -155,11 +191,14 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
     per_hook as (
       select m.hook_id,
              bool_or(i.outcome = 'delivered') as succeeded,
-             max(i.disable_reason) as disable_reason
+             max(i.disable_reason) as disable_reason,
+             max(i.throttle_ms) as throttle_ms
       from input i join moved m on m.id = i.delivery_id
       group by m.hook_id
     )
     update hooks h set
+      throttled_until = case when p.throttle_ms is null then h.throttled_until
+        else greatest(h.throttled_until, now() + make_interval(secs => p.throttle_ms / 1000)) end,
       failing_since = case when p.succeeded then null else coalesce(h.failing_since, now()) end,
       status = case
         when h.status <> 'active' then h.status
@@ -174,7 +213,8 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
     from per_hook p
     where h.id = p.hook_id
       -- Only rows that change: rewriting each subscription row for every batch would bloat hooks.
-      and ((p.succeeded and h.failing_since is not null)
+      and (p.throttle_ms is not null
+        or (p.succeeded and h.failing_since is not null)
         or (not p.succeeded and h.failing_since is null)
         or (h.status = 'active' and (p.disable_reason is not null
           or (not p.succeeded and h.failing_since < now() - make_interval(secs => ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 1000})))))`)

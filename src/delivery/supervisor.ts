@@ -1,10 +1,11 @@
 import type { Config } from '../lib/config.ts'
 import type { DatabaseHandle } from '../lib/db/client.ts'
 import type { Logger, LogFields } from '../lib/logger.ts'
+import type { FlowSettings } from './flow-control.ts'
 import { claimDueDeliveries, recordDeliveryAttempts, type ClaimOptions, type RecordedAttempt } from './store.ts'
 
-/** Most deliveries of one subscription in flight at once: one slow receiver holds two slots, not all of them. */
-export const IN_FLIGHT_PER_SUBSCRIPTION = 2
+/** A subscription this process has not sent to lately starts with this many attempts in flight (src/delivery/flow-control.ts). */
+export const INITIAL_WINDOW = 4
 // Retries fall due without a commit to announce them; this bounds how late they are noticed.
 const POLL_MS = 1000
 const RESTART_DELAY_MS = 1000
@@ -19,7 +20,8 @@ export interface WorkerSettings {
   ca: string | undefined
   schedule: number[]
   concurrency: number
-  perHook: number
+  flow: FlowSettings
+  maxPerHook: number
   leaseMs: number
   pollMs: number
   /** A debug line per claim: which process took how many (read by the two-process test). */
@@ -71,7 +73,8 @@ export function startDeliveryWorker(options: { config: Config; handle: DatabaseH
     ca: config.webhookCaPem,
     schedule: config.webhookRetrySchedule,
     concurrency: config.webhookConcurrency,
-    perHook: IN_FLIGHT_PER_SUBSCRIPTION,
+    flow: { initialWindow: Math.min(INITIAL_WINDOW, config.webhookMaxInFlightPerSubscription), maxWindow: config.webhookMaxInFlightPerSubscription },
+    maxPerHook: config.webhookMaxInFlightPerSubscription,
     leaseMs: leaseFor(config.webhookTimeoutMs),
     pollMs: POLL_MS,
     logClaims: logger.isEnabled('debug'),

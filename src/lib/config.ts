@@ -18,7 +18,8 @@ const EnvSchema = t.Object({
   WEBHOOK_TIMEOUT_MS: t.Integer({ minimum: 100, maximum: 60_000, default: 15_000 }),
   WEBHOOK_RETRY_SCHEDULE: t.String({ pattern: '^\\s*\\d+(ms|s|m|h)?(\\s*,\\s*\\d+(ms|s|m|h)?)*\\s*$', default: '0,5s,5m,30m,2h,5h,10h,14h,20h,24h' }),
   WEBHOOK_CA_FILE: t.Optional(t.String({ minLength: 1 })),
-  WEBHOOK_CONCURRENCY: t.Integer({ minimum: 1, maximum: 1024, default: 64 }),
+  WEBHOOK_CONCURRENCY: t.Integer({ minimum: 1, maximum: 4096, default: 256 }),
+  WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: t.Integer({ minimum: 1, maximum: 1024, default: 64 }),
   HOOKS_PER_ACCOUNT: t.Integer({ minimum: 1, maximum: 10_000, default: 100 }),
   MCP_ALLOWED_ORIGINS: t.Optional(t.String()),
   TRUSTED_PROXIES: t.Optional(t.String()),
@@ -52,6 +53,8 @@ export interface Config {
   webhookCaPem: string | undefined
   /** Deliveries in flight at once in this process. */
   webhookConcurrency: number
+  /** The most deliveries of one subscription in flight at once, across every process; its adaptive window stays below. */
+  webhookMaxInFlightPerSubscription: number
   /** Webhook subscriptions one account may hold. */
   hooksPerAccount: number
   /** Browser origins allowed to call the MCP endpoint besides PUBLIC_URL's and loopback ones. */
@@ -92,6 +95,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     webhookRetrySchedule: parseDurations(parsed.WEBHOOK_RETRY_SCHEDULE),
     webhookCaPem: parsed.WEBHOOK_CA_FILE === undefined ? undefined : readCaFile(parsed.WEBHOOK_CA_FILE),
     webhookConcurrency: parsed.WEBHOOK_CONCURRENCY,
+    webhookMaxInFlightPerSubscription: parsed.WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
     hooksPerAccount: parsed.HOOKS_PER_ACCOUNT,
     mcpAllowedOrigins: parseOrigins(parsed.MCP_ALLOWED_ORIGINS ?? ''),
     trustedProxies: readTrustedProxies(parsed.TRUSTED_PROXIES ?? ''),

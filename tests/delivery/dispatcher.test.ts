@@ -3,10 +3,10 @@ import { createDispatcher, type DeliveryStore } from '../../src/delivery/dispatc
 import type { AttemptResult } from '../../src/delivery/send.ts'
 import type { ClaimOptions, ClaimedDelivery, RecordedAttempt } from '../../src/delivery/store.ts'
 
-const delivery = (id: number): ClaimedDelivery => ({
+const delivery = (id: number, hookId = 'hook_1'): ClaimedDelivery => ({
   id: `dlv_${id}`,
   eventId: `evt_${id}`,
-  hookId: 'hook_1',
+  hookId,
   attempts: 0,
   payload: '{}',
   targetUrl: 'https://example.com/',
@@ -15,14 +15,24 @@ const delivery = (id: number): ClaimedDelivery => ({
 })
 const ok: AttemptResult = { ok: true, status: 200, durationMs: 1, error: null, responseSnippet: '', retryAfterSeconds: null }
 
-/** A queue of due deliveries in memory, recording what the dispatcher asked of it. */
+/** A queue of due deliveries in memory, honouring each subscription's allowance, recording what the dispatcher asked of it. */
 function memoryStore(due: ClaimedDelivery[]) {
   const claims: ClaimOptions[] = []
   const recorded: RecordedAttempt[][] = []
   const store: DeliveryStore = {
     async claim(options) {
       claims.push(options)
-      return due.splice(0, options.limit)
+      const taken = new Map<string, number>()
+      const picked: ClaimedDelivery[] = []
+      for (const item of [...due]) {
+        if (picked.length >= options.limit) break
+        const count = taken.get(item.hookId) ?? 0
+        if (count >= (options.allowances[item.hookId] ?? options.defaultAllowance)) continue
+        taken.set(item.hookId, count + 1)
+        picked.push(item)
+        due.splice(due.indexOf(item), 1)
+      }
+      return picked
     },
     async record(attempts) {
       // As long as a database round trip: attempts that finish meanwhile wait for the next batch.
@@ -40,7 +50,7 @@ const until = async (condition: () => boolean) => {
 
 describe('the dispatcher', () => {
   test('never has more than `concurrency` sends in flight, and sends everything that is due', async () => {
-    const memory = memoryStore(Array.from({ length: 50 }, (_, i) => delivery(i)))
+    const memory = memoryStore(Array.from({ length: 50 }, (_, i) => delivery(i, `hook_${i % 10}`)))
     let inFlight = 0
     let most = 0
     const sent: string[] = []
@@ -56,7 +66,8 @@ describe('the dispatcher', () => {
       },
       schedule: [0],
       concurrency: 8,
-      perHook: 2,
+      flow: { initialWindow: 2, maxWindow: 8 },
+      maxPerHook: 8,
       leaseMs: 60_000,
       pollMs: 60_000,
       onError: (message, error) => {
@@ -67,7 +78,7 @@ describe('the dispatcher', () => {
     await dispatcher.stop()
     expect(most).toBe(8)
     expect(new Set(sent).size).toBe(50)
-    expect(memory.claims.every((claim) => claim.limit >= 1 && claim.limit <= 8 && claim.perHook === 2)).toBe(true)
+    expect(memory.claims.every((claim) => claim.limit >= 1 && claim.limit <= 8 && claim.maxPerHook === 8)).toBe(true)
     // Attempts finishing together are recorded together.
     expect(memory.recorded.flat().map((attempt) => attempt.deliveryId).sort()).toEqual(sent.slice().sort())
     expect(memory.recorded.length).toBeLessThan(50)
@@ -80,7 +91,8 @@ describe('the dispatcher', () => {
       send: async () => ({ ok: false, status: 500, durationMs: 1, error: 'HTTP 500', responseSnippet: '', retryAfterSeconds: null }),
       schedule: [0, 1_000, 60_000],
       concurrency: 4,
-      perHook: 2,
+      flow: { initialWindow: 2, maxWindow: 8 },
+      maxPerHook: 8,
       leaseMs: 60_000,
       pollMs: 60_000,
       onError: () => {},
@@ -101,7 +113,8 @@ describe('the dispatcher', () => {
       send: () => new Promise<AttemptResult>((resolve) => (release = () => resolve(ok))),
       schedule: [0],
       concurrency: 4,
-      perHook: 2,
+      flow: { initialWindow: 2, maxWindow: 8 },
+      maxPerHook: 8,
       leaseMs: 60_000,
       pollMs: 60_000,
       onError: () => {},
@@ -131,7 +144,8 @@ describe('the dispatcher', () => {
       send: async () => ok,
       schedule: [0],
       concurrency: 4,
-      perHook: 2,
+      flow: { initialWindow: 2, maxWindow: 8 },
+      maxPerHook: 8,
       leaseMs: 60_000,
       pollMs: 60_000,
       onError: (message) => errors.push(message),
@@ -142,5 +156,45 @@ describe('the dispatcher', () => {
     await until(() => memory.recorded.length === 1)
     await dispatcher.stop()
     expect(errors).toEqual(['claiming deliveries failed'])
+  })
+  test('fairness: a slow subscription holds at most its fair share of the slots; a quick one is sent as soon as it is due', async () => {
+    const memory = memoryStore(Array.from({ length: 200 }, (_, i) => delivery(i, 'hook_slow')))
+    const inFlight = new Map<string, number>()
+    const most = new Map<string, number>()
+    const dueAt = new Map<string, number>()
+    const waits: number[] = []
+    const dispatcher = createDispatcher({
+      store: memory.store,
+      async send(item) {
+        if (dueAt.has(item.id)) waits.push(performance.now() - dueAt.get(item.id)!)
+        inFlight.set(item.hookId, (inFlight.get(item.hookId) ?? 0) + 1)
+        most.set(item.hookId, Math.max(most.get(item.hookId) ?? 0, inFlight.get(item.hookId)!))
+        await Bun.sleep(item.hookId === 'hook_slow' ? 100 : 1)
+        inFlight.set(item.hookId, inFlight.get(item.hookId)! - 1)
+        return { ...ok, durationMs: item.hookId === 'hook_slow' ? 100 : 1 }
+      },
+      schedule: [0],
+      concurrency: 12,
+      flow: { initialWindow: 4, maxWindow: 64 },
+      maxPerHook: 64,
+      leaseMs: 60_000,
+      pollMs: 60_000,
+      onError: (message, error) => {
+        throw new Error(`${message}: ${error}`)
+      },
+    })
+    await Bun.sleep(150)
+    for (let i = 0; i < 20; i++) {
+      const item = delivery(1000 + i, 'hook_quick')
+      dueAt.set(item.id, performance.now())
+      memory.due.push(item)
+      dispatcher.wake()
+      await Bun.sleep(15)
+    }
+    await until(() => waits.length === 20)
+    await dispatcher.stop()
+    // Alone, the slow one may use half the slots (one share is kept free); with the quick one busy too, a third.
+    expect(most.get('hook_slow')).toBeLessThanOrEqual(6)
+    expect(Math.max(...waits)).toBeLessThan(50)
   })
 })

@@ -11,7 +11,7 @@ import { deliveries, hooks } from '../../src/lib/db/schema.ts'
 import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS, claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
 import { decideAfterAttempt } from '../../src/delivery/policy.ts'
 import { sendWebhook } from '../../src/delivery/send.ts'
-import { postgresDatabase } from '../../src/lib/db/client.ts'
+import { postgresDatabase, queryRows } from '../../src/lib/db/client.ts'
 
 // No delivery worker: these tests drive claim, send and record by hand.
 const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' }, deliverWebhooks: false })
@@ -60,7 +60,7 @@ async function eventFor(path: string) {
 
 /** One claim-send-record round, as the worker will run it. */
 async function deliverOnce(claimedFor: string) {
-  const claimed = (await claimDueDeliveries(db, { limit: 100, leaseMs: 30_000, perHook: 2 })).filter((item) => item.hookId === claimedFor)
+  const claimed = (await claimDueDeliveries(db, { limit: 100, leaseMs: 30_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 })).filter((item) => item.hookId === claimedFor)
   for (const item of claimed) {
     const secret = await server.instance.secretBox.open(item.secretCiphertext)
     const result = await sendWebhook({ url: item.targetUrl, id: item.eventId, body: item.payload, secrets: [secret] }, { timeoutMs: 2_000, allowPrivate: true, ca: tls.ca })
@@ -119,10 +119,10 @@ describe('leases', () => {
   test('a leased delivery is not claimed again until its lease runs out', async () => {
     const { hook } = await eventFor('/lease')
     const mine = <T extends { hookId: string }>(items: T[]) => items.filter((item) => item.hookId === hook.id)
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 }))).toHaveLength(1)
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 }))).toHaveLength(0)
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 }))).toHaveLength(1)
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 }))).toHaveLength(0)
     await db.update(deliveries).set({ leasedUntil: sql`now() - interval '1 second'` }).where(eq(deliveries.hookId, hook.id))
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 }))).toHaveLength(1)
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 }))).toHaveLength(1)
   })
 
   test.if(!!server.database.url)('claimers on separate connections never get the same delivery', async () => {
@@ -143,7 +143,7 @@ describe('leases', () => {
     try {
       const claimed: string[] = []
       for (let round = 0; round < 20; round++) {
-        const batches = await Promise.all(claimers.map((claimer) => claimDueDeliveries(claimer.db, { limit: 7, leaseMs: 60_000, perHook: 1000 })))
+        const batches = await Promise.all(claimers.map((claimer) => claimDueDeliveries(claimer.db, { limit: 7, leaseMs: 60_000, allowances: {}, defaultAllowance: 1000, maxPerHook: 1000 })))
         for (const batch of batches) claimed.push(...batch.map((item) => item.id))
       }
       const many = await db.select({ id: deliveries.id }).from(deliveries).innerJoin(hooks, eq(hooks.id, deliveries.hookId)).where(eq(hooks.accountId, owner.accountId))
@@ -175,19 +175,19 @@ describe('in flight per subscription', () => {
     const { owner, hook } = await eventFor('/bounded')
     await moreEvents(owner, 4)
     const mine = <T extends { hookId: string }>(items: T[]) => items.filter((item) => item.hookId === hook.id)
-    const first = mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 }))
+    const first = mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 }))
     expect(first).toHaveLength(2)
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 }))).toHaveLength(0)
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 }))).toHaveLength(0)
     await recordDeliveryAttempts(db, [{ deliveryId: first[0]!.id, result: okAttempt, decision: { kind: 'delivered' } }])
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 }))).toHaveLength(1)
+    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 }))).toHaveLength(1)
   })
 
   test("one subscription's backlog does not hide another's due delivery from the next claim", async () => {
     const slow = await eventFor('/backlog')
     await moreEvents(slow.owner, 80)
     const other = await eventFor('/other')
-    const first = await claimDueDeliveries(db, { limit: 10, leaseMs: 60_000, perHook: 2 })
-    const second = await claimDueDeliveries(db, { limit: 10, leaseMs: 60_000, perHook: 2 })
+    const first = await claimDueDeliveries(db, { limit: 10, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 })
+    const second = await claimDueDeliveries(db, { limit: 10, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 })
     expect([...first, ...second].filter((item) => item.hookId === slow.hook.id)).toHaveLength(2)
     expect([...first, ...second].filter((item) => item.hookId === other.hook.id)).toHaveLength(1)
   })
@@ -198,7 +198,7 @@ describe('recording', () => {
     const { owner, hook } = await eventFor('/clock')
     await moreEvents(owner, 2)
     const failOne = async () => {
-      const [item] = (await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 1 })).filter((claimed) => claimed.hookId === hook.id)
+      const [item] = (await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 1 })).filter((claimed) => claimed.hookId === hook.id)
       await recordDeliveryAttempts(db, [{ deliveryId: item!.id, result: failedAttempt, decision: { kind: 'retry', delayMs: 0 } }])
       return item!
     }
@@ -210,7 +210,7 @@ describe('recording', () => {
     const again = await failOne()
     expect((await read()).failingSince!.getTime()).toBe(failing.failingSince!.getTime())
 
-    const [next] = (await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 1 })).filter((claimed) => claimed.hookId === hook.id)
+    const [next] = (await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 1 })).filter((claimed) => claimed.hookId === hook.id)
     await recordDeliveryAttempts(db, [{ deliveryId: next!.id, result: okAttempt, decision: { kind: 'delivered' } }])
     expect((await read()).failingSince).toBeNull()
 
@@ -228,12 +228,86 @@ describe('recording', () => {
   test("an attempt for a delivery deleted meanwhile (its subscription was deleted) is dropped, the others in the batch are stored", async () => {
     const gone = await eventFor('/deleted-meanwhile')
     const kept = await eventFor('/kept')
-    const claimed = (await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, perHook: 2 })).filter((item) => [gone.hook.id, kept.hook.id].includes(item.hookId))
+    const claimed = (await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 })).filter((item) => [gone.hook.id, kept.hook.id].includes(item.hookId))
     expect(claimed).toHaveLength(2)
     await db.delete(hooks).where(eq(hooks.id, gone.hook.id))
     await recordDeliveryAttempts(db, claimed.map((item) => ({ deliveryId: item.id, result: okAttempt, decision: { kind: 'delivered' as const } })))
     const [row] = await db.select().from(deliveries).where(eq(deliveries.hookId, kept.hook.id))
     expect(row!.status).toBe('delivered')
     expect(await db.select().from(deliveries).where(eq(deliveries.hookId, gone.hook.id))).toHaveLength(0)
+  })
+})
+
+describe('flow control in the claim', () => {
+  // Only the subscriptions a test names may be claimed: the others' leftovers are set aside first.
+  const setAsideOthers = () => db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
+  const claim = (allowances: Record<string, number>, limit = 100, maxPerHook = 64) =>
+    claimDueDeliveries(db, { limit, leaseMs: 60_000, allowances, defaultAllowance: 1, maxPerHook })
+  const count = (items: { hookId: string }[], hookId: string) => items.filter((item) => item.hookId === hookId).length
+  async function twoBacklogs(size: number) {
+    const a = await eventFor('/flow-a')
+    const b = await eventFor('/flow-b')
+    await Promise.all([moreEvents(a.owner, size - 1), moreEvents(b.owner, size - 1)])
+    return { a: a.hook.id as string, b: b.hook.id as string }
+  }
+
+  test('subscriptions are served round-robin within their allowances, the one with the least in flight first', async () => {
+    await setAsideOthers()
+    const { a, b } = await twoBacklogs(12)
+    const first = await claim({ [a]: 10, [b]: 10 }, 6)
+    expect([count(first, a), count(first, b)]).toEqual([3, 3])
+    const second = await claim({ [a]: 1, [b]: 10 }, 8)
+    expect([count(second, a), count(second, b)]).toEqual([1, 7])
+    // a has 4 in flight, b 10: a's rows come first.
+    const third = await claim({ [a]: 10, [b]: 10 }, 2)
+    expect([count(third, a), count(third, b)]).toEqual([2, 0])
+    expect(await claim({ [a]: 0, [b]: 0 })).toHaveLength(0)
+  })
+
+  test('the maximum in flight holds across claimers, whatever their allowances', async () => {
+    await setAsideOthers()
+    const { a } = await twoBacklogs(10)
+    // On PostgreSQL the other claimer is another connection, as another process would be.
+    const other = server.database.url ? postgresDatabase(server.database.url, { max: 1 }) : undefined
+    try {
+      const [mine, theirs] = await Promise.all([
+        claim({ [a]: 10 }, 100, 4),
+        claimDueDeliveries(other?.db ?? db, { limit: 100, leaseMs: 60_000, allowances: { [a]: 10 }, defaultAllowance: 1, maxPerHook: 4 }),
+      ])
+      expect(count(mine, a) + count(theirs, a)).toBe(4)
+    } finally {
+      await other?.close()
+    }
+  })
+
+  test('rate_limit_per_s: no more attempts start in a clock second than the limit, across claims', async () => {
+    await setAsideOthers()
+    const { a } = await twoBacklogs(30)
+    await db.update(hooks).set({ rateLimitPerS: 3 }).where(eq(hooks.id, a))
+    const perSecond = new Map<number, number>()
+    const started = Date.now()
+    while (Date.now() - started < 2_500) {
+      const [{ second }] = (await queryRows<{ second: number }>(db, sql`select extract(epoch from date_trunc('second', now()))::int as second`)) as [{ second: number }]
+      const claimed = count(await claim({ [a]: 100 }), a)
+      expect(claimed).toBeLessThanOrEqual(3)
+      perSecond.set(Number(second), (perSecond.get(Number(second)) ?? 0) + claimed)
+      await Bun.sleep(25)
+    }
+    const total = [...perSecond.values()].reduce((sum, n) => sum + n, 0)
+    expect(Math.max(...perSecond.values())).toBeLessThanOrEqual(3)
+    expect(total).toBeGreaterThanOrEqual(6)
+  })
+
+  test('a 429 or 503 with Retry-After pauses the whole subscription that long, in every claimer', async () => {
+    await setAsideOthers()
+    const { a } = await twoBacklogs(5)
+    const [item] = (await claim({ [a]: 1 })).filter((claimed) => claimed.hookId === a)
+    const tooMany = { ok: false, status: 429, durationMs: 2, error: 'HTTP 429', responseSnippet: '', retryAfterSeconds: 120 }
+    await recordDeliveryAttempts(db, [{ deliveryId: item!.id, result: tooMany, decision: decideAfterAttempt(tooMany, 1, schedule) }])
+    const [paused] = await db.select().from(hooks).where(eq(hooks.id, a))
+    expect(paused!.throttledUntil!.getTime()).toBeGreaterThan(Date.now() + 110_000)
+    expect(count(await claim({ [a]: 10 }), a)).toBe(0)
+    await db.update(hooks).set({ throttledUntil: new Date(Date.now() - 1000) }).where(eq(hooks.id, a))
+    expect(count(await claim({ [a]: 10 }), a)).toBe(4)
   })
 })

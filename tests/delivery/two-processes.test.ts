@@ -51,6 +51,8 @@ test.if(!!database.url)('two processes on one PostgreSQL send every delivery onc
     // Fewer slots per process than the subscriptions have between them (8 × 2): one process cannot
     // keep every subscription at its bound, so the other always finds due rows to claim.
     WEBHOOK_CONCURRENCY: '4',
+    // The bound across processes: each process's windows may grow, their sum may not pass it.
+    WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: '2',
   }
   const servers: RunningProcess[] = await Promise.all([startServerProcess(['bun', 'src/main.ts'], env), startServerProcess(['bun', 'src/main.ts'], env)])
   bothListening!()

@@ -189,6 +189,13 @@ export const hooks = pgTable(
     previousSecretExpiresAt: timestamp('previous_secret_expires_at', { withTimezone: true, mode: 'date' }),
     /** Start of the current run of failed attempts; null after any success. Five days of it disable the hook. */
     failingSince: timestamp('failing_since', { withTimezone: true, mode: 'date' }),
+    /** SPEC §7: at most this many attempts start in each clock second, across every process; null: no limit. */
+    rateLimitPerS: integer('rate_limit_per_s'),
+    /** The second the attempts counted in `rateWindowCount` started in. */
+    rateWindowStartedAt: timestamp('rate_window_started_at', { withTimezone: true, mode: 'date' }),
+    rateWindowCount: integer('rate_window_count').notNull().default(0),
+    /** The receiver asked for a pause (429 or 503 with Retry-After): nothing is sent to it before this. */
+    throttledUntil: timestamp('throttled_until', { withTimezone: true, mode: 'date' }),
     createdAt: createdAt(),
   },
   (table) => [
