@@ -63,7 +63,15 @@ export function leaseFor(timeoutMs: number): number {
  * competes with request handling on the main thread. A thread that dies is started again.
  * On PGlite, which only this thread may touch, the worker's two store calls are answered here.
  */
-export function startDeliveryWorker(options: { config: Config; handle: DatabaseHandle; encryptionKey: Uint8Array; logger: Logger }): DeliveryWorker {
+export function startDeliveryWorker(options: {
+  config: Config
+  handle: DatabaseHandle
+  encryptionKey: Uint8Array
+  logger: Logger
+  /** The thread's module: src/delivery/worker.ts, or a wrapper of it (tests make it die). */
+  workerUrl?: string
+}): DeliveryWorker {
+  const workerUrl = options.workerUrl ?? new URL('./worker.ts', import.meta.url).href
   const { config, handle, logger } = options
   const settings: WorkerSettings = {
     databaseUrl: handle.kind === 'postgres' ? config.databaseUrl : undefined,
@@ -94,7 +102,7 @@ export function startDeliveryWorker(options: { config: Config; handle: DatabaseH
   }
 
   const spawn = () => {
-    worker = new Worker(new URL('./worker.ts', import.meta.url).href)
+    worker = new Worker(workerUrl)
     worker.addEventListener('message', (event: MessageEvent<FromWorker>) => {
       const message = event.data
       if (message.type === 'call') void answer(message)
