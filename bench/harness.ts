@@ -42,7 +42,8 @@ export function onCleanup(cleanup: () => void | Promise<void>): void {
   cleanups.push(cleanup)
 }
 
-async function stopChild(proc: Subprocess, graceMs = 5000): Promise<void> {
+/** SIGTERM, then SIGKILL after `graceMs`; resolves once the process has exited. */
+export async function stopChild(proc: Subprocess, graceMs = 5000): Promise<void> {
   if (proc.exitCode === null && proc.signalCode === null) {
     proc.kill('SIGTERM')
     const exited = await Promise.race([proc.exited.then(() => true), sleep(graceMs).then(() => false)])
@@ -271,7 +272,7 @@ export async function postgresStorage(admin: URL, name: string, hint: string, pr
 }
 
 /** A fresh PGlite DATA_DIR, removed at the end. */
-function pgliteStorage(prefix = 'bench'): Storage {
+export function pgliteStorage(prefix = 'bench'): Storage {
   const env = storageEnv(prefix)
   return { describe: `PGlite, fresh DATA_DIR ${env.DATA_DIR} (removed at the end)`, env }
 }
