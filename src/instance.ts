@@ -19,6 +19,7 @@ import { prepareActiveKeyLookup } from './auth/api-keys.ts'
 import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/secret-box.ts'
 import { createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
 import { startSuccessorErasure } from './oauth/grants/refresh-token.ts'
+import { startEventRetention } from './delivery/retention.ts'
 import { startDeliveryWorker } from './delivery/supervisor.ts'
 import { createCommitNotifier } from './delivery/commit-notifier.ts'
 
@@ -140,6 +141,7 @@ export async function createInstance(options: {
   })
   const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger }) : undefined
   const successorErasure = startSuccessorErasure({ db: handle.db, graceSeconds: config.oauthRefreshGraceSeconds, logger })
+  const eventRetention = startEventRetention({ db: handle.db, retentionDays: config.eventRetentionDays, logger })
   const caughtUp = await dispatchStaleQueuedMessages(messaging)
   if (caughtUp > 0) logger.info('dispatched messages left queued by a stopped process', { count: caughtUp })
   return {
@@ -152,6 +154,7 @@ export async function createInstance(options: {
       feed.stop()
       notifier?.stop()
       await successorErasure.stop()
+      await eventRetention.stop()
       await worker?.stop()
     },
   }

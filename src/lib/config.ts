@@ -21,6 +21,7 @@ const EnvSchema = t.Object({
   WEBHOOK_CONCURRENCY: t.Integer({ minimum: 1, maximum: 4096, default: 256 }),
   WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: t.Integer({ minimum: 1, maximum: 1024, default: 64 }),
   HOOKS_PER_ACCOUNT: t.Integer({ minimum: 1, maximum: 10_000, default: 100 }),
+  EVENT_RETENTION_DAYS: t.Integer({ minimum: 7, maximum: 3650, default: 30 }),
   MCP_ALLOWED_ORIGINS: t.Optional(t.String()),
   TRUSTED_PROXIES: t.Optional(t.String()),
 })
@@ -57,6 +58,8 @@ export interface Config {
   webhookMaxInFlightPerSubscription: number
   /** Webhook subscriptions one account may hold. */
   hooksPerAccount: number
+  /** Events (with their deliveries and attempt logs) older than this many days are deleted. */
+  eventRetentionDays: number
   /** Browser origins allowed to call the MCP endpoint besides PUBLIC_URL's and loopback ones. */
   mcpAllowedOrigins: string[]
   /** Normalised CIDRs of the load balancers whose X-Forwarded-For is believed (src/lib/client-address.ts); empty: none. */
@@ -97,6 +100,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     webhookConcurrency: parsed.WEBHOOK_CONCURRENCY,
     webhookMaxInFlightPerSubscription: parsed.WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
     hooksPerAccount: parsed.HOOKS_PER_ACCOUNT,
+    eventRetentionDays: parsed.EVENT_RETENTION_DAYS,
     mcpAllowedOrigins: parseOrigins(parsed.MCP_ALLOWED_ORIGINS ?? ''),
     trustedProxies: readTrustedProxies(parsed.TRUSTED_PROXIES ?? ''),
   }

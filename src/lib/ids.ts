@@ -40,13 +40,24 @@ function nextRandom(time: number): Uint8Array {
   return lastRandom
 }
 
-export function newId(prefix: IdPrefix, now: number = Date.now()): string {
+/** The 10 characters of an id that encode its time. */
+function timeCharacters(now: number): string {
   // 50 bits of time (10 characters) do not fit 32-bit integer operations: two 25-bit halves.
   const high = Math.floor(now / 2 ** 25)
   const low = now % 2 ** 25
-  let out = `${prefix}_`
+  let out = ''
   for (let shift = 20; shift >= 0; shift -= 5) out += CROCKFORD[(high >>> shift) & 31]
   for (let shift = 20; shift >= 0; shift -= 5) out += CROCKFORD[(low >>> shift) & 31]
+  return out
+}
+
+/** The lowest id that can be made at `time`: every id made earlier sorts below it, every id made at or after it does not. */
+export function lowestIdAt(prefix: IdPrefix, time: number): string {
+  return `${prefix}_${timeCharacters(time)}${'0'.repeat(16)}`
+}
+
+export function newId(prefix: IdPrefix, now: number = Date.now()): string {
+  let out = `${prefix}_${timeCharacters(now)}`
   const random = nextRandom(now)
   let bits = 0
   let value = 0

@@ -23,6 +23,7 @@ describe('loadConfig', () => {
       webhookConcurrency: 256,
       webhookMaxInFlightPerSubscription: 64,
       hooksPerAccount: 100,
+      eventRetentionDays: 30,
       mcpAllowedOrigins: [],
       trustedProxies: [],
     })

@@ -283,6 +283,8 @@ export const deliveries = pgTable(
   (table) => [
     index('deliveries_due_idx').on(table.nextAttemptAt).where(sql`${table.status} = 'pending'`),
     index('deliveries_hook_id_idx').on(table.hookId, table.id),
+    // Deleting an expired event (src/delivery/retention.ts) finds its deliveries by this.
+    index('deliveries_event_id_idx').on(table.eventId),
     // The claim counts each subscription's deliveries in flight: only leased rows are indexed.
     index('deliveries_leased_idx').on(table.hookId).where(sql`${table.leasedUntil} is not null`),
   ],
@@ -307,5 +309,9 @@ export const deliveryAttempts = pgTable(
     /** The first 4 KB of the receiver's answer. */
     responseSnippet: text('response_snippet').notNull(),
   },
-  (table) => [index('delivery_attempts_hook_id_idx').on(table.hookId, table.id)],
+  (table) => [
+    index('delivery_attempts_hook_id_idx').on(table.hookId, table.id),
+    // Deleting an expired delivery finds its attempts by this.
+    index('delivery_attempts_delivery_id_idx').on(table.deliveryId),
+  ],
 )

@@ -6,6 +6,7 @@ import { sha256Hex } from '../../lib/crypto.ts'
 import { splitScope } from '../../auth/scopes.ts'
 import { requireClient } from '../clients.ts'
 import type { Logger } from '../../lib/logger.ts'
+import { startPeriodicSweep } from '../../lib/sweep.ts'
 import { revokeGrant } from '../revocation.ts'
 import { invalidGrant, newTokenPair, refreshTokenExpiry, type TokenDeps, type TokenResponse } from '../tokens.ts'
 
@@ -132,25 +133,10 @@ export async function eraseEndedSuccessors(db: Database, graceSeconds: number): 
  * service left is erased at the next start). A failed sweep is logged and tried again.
  */
 export function startSuccessorErasure(options: { db: Database; graceSeconds: number; logger: Logger; intervalMs?: number }): { stop(): Promise<void> } {
-  const { db, graceSeconds, logger, intervalMs = SUCCESSOR_ERASURE_INTERVAL_MS } = options
-  let stopped = false
-  let timer: ReturnType<typeof setTimeout> | undefined
-  let running: Promise<void> = Promise.resolve()
-  const sweep = async () => {
-    try {
-      await eraseEndedSuccessors(db, graceSeconds)
-    } catch (error) {
-      logger.warn('erasing ended refresh successors failed', { error: String(error) })
-    }
-    if (!stopped) timer = setTimeout(() => (running = sweep()), intervalMs)
-  }
-  running = sweep()
-  return {
-    /** Resolves once a sweep under way has finished: the database can then be closed. */
-    async stop() {
-      stopped = true
-      clearTimeout(timer)
-      await running
-    },
-  }
+  return startPeriodicSweep({
+    sweep: () => eraseEndedSuccessors(options.db, options.graceSeconds),
+    intervalMs: options.intervalMs ?? SUCCESSOR_ERASURE_INTERVAL_MS,
+    logger: options.logger,
+    failure: 'erasing ended refresh successors failed',
+  })
 }
