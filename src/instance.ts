@@ -14,7 +14,7 @@ import { createAccountReader } from './accounts/account-cache.ts'
 import { createApiKeyAuthenticator, newApiKeyCache } from './auth/authenticator.ts'
 import { createBearerAuthenticator } from './auth/bearer.ts'
 import { sandboxCarrier } from './messages/carrier.ts'
-import { createMessageSettler, dispatchStaleQueuedMessages, type MessageDeps } from './messages/service.ts'
+import { createMessageSettler, createMessageStorer, dispatchStaleQueuedMessages, type MessageDeps } from './messages/service.ts'
 import { prepareActiveKeyLookup } from './auth/api-keys.ts'
 import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/secret-box.ts'
 import { createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
@@ -125,7 +125,7 @@ export async function createInstance(options: {
     worker?.wake()
     notifier?.committed()
   }
-  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, settleMessage: createMessageSettler(handle.db), deliveriesQueued }
+  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, storeMessage: createMessageStorer(handle.db), settleMessage: createMessageSettler(handle.db), deliveriesQueued }
   const app = createApp({
     config,
     db: handle.db,

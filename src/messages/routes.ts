@@ -13,7 +13,7 @@ export function messageRoutes(deps: MessageDeps & AuthPluginDeps) {
     .post(
       '/account/:account_id/messages',
       async ({ caller, params, body, set }) => {
-        const message = await acceptMessage(deps.db, ownAccount(caller, params.account_id), body)
+        const message = await acceptMessage(deps, ownAccount(caller, params.account_id), body)
         // The carrier works after the answer; a process stopped in between is caught up at the next start.
         void dispatchMessage(deps, message).catch((error) => deps.logger.error('dispatching a message failed', { message_id: message.id, error: String(error) }))
         set.status = 202

@@ -18,6 +18,8 @@ export interface MessageDeps {
   db: Database
   carrier: Carrier
   logger: Logger
+  /** Writes accepted messages in batches (createMessageStorer). */
+  storeMessage: MessageStorer
   /** Writes carriers' outcomes in batches (createMessageSettler). */
   settleMessage: MessageSettler
   /** Called after a commit that queued deliveries: wakes this process's delivery worker. */
@@ -38,13 +40,40 @@ export function toMessageResource(message: Message): MessageResource {
   }
 }
 
+/** Stores one new message; resolves once it is committed. */
+export type MessageStorer = (message: Message) => Promise<void>
+
+/**
+ * Stores outbound messages in batches (src/lib/batcher.ts): the messages accepted while one
+ * batch is being written are inserted together, one statement and one commit for all of them.
+ * Each request still answers only after its own message is committed.
+ */
+export function createMessageStorer(db: Database): MessageStorer {
+  const batcher = createBatcher<Message, void>(
+    async (batch) => {
+      const rows = batch.map((message) => ({
+        id: message.id,
+        account_id: message.accountId,
+        contact: message.contact,
+        body: message.body,
+        created_at: message.createdAt.toISOString(),
+      }))
+      await db.execute(sql`insert into messages (id, account_id, direction, contact, body, status, created_at, updated_at)
+        select id, account_id, 'outbound', contact, body, 'queued', created_at, created_at
+        from jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) as i(id text, account_id text, contact text, body text, created_at timestamptz)`)
+      return batch.map(() => undefined)
+    },
+    { maxBatch: 256 },
+  )
+  return batcher.submit
+}
+
 /** Accepts an outbound message; the carrier's outcome is recorded by `dispatchMessage`. */
-export async function acceptMessage(db: Database, accountId: string, input: { to: string; body: string }): Promise<Message> {
-  const [message] = await db
-    .insert(messages)
-    .values({ id: newId('msg'), accountId, direction: 'outbound', contact: input.to, body: input.body, status: 'queued' })
-    .returning()
-  return message!
+export async function acceptMessage(deps: Pick<MessageDeps, 'storeMessage'>, accountId: string, input: { to: string; body: string }): Promise<Message> {
+  const now = new Date()
+  const message: Message = { id: newId('msg'), accountId, direction: 'outbound', contact: input.to, body: input.body, status: 'queued', error: null, createdAt: now, updatedAt: now }
+  await deps.storeMessage(message)
+  return message
 }
 
 /** A carrier's outcome for a queued message, with the event that reports it. */
