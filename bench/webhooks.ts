@@ -975,7 +975,10 @@ async function main(): Promise<number> {
   // The storage, fresh, removed at the end; the service on it, default settings.
   const storage = PG ? await postgresStorage(ADMIN_URL, `bench_webhooks_${Date.now()}`, 'DATABASE_URL', 'bench-webhooks') : pgliteStorage('bench-webhooks')
   log(storage.describe)
-  const serviceEnv = { ...storage.env, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_CA_FILE: receiver.caFile }
+  // The receiver's CA joins the runtime's trust store at start (NODE_EXTRA_CA_CERTS), as a public
+  // CA is for a real receiver. WEBHOOK_CA_FILE would make every attempt pass the whole CA list to
+  // fetch, which Bun parses per request (about 110 µs of CPU each: docs/performance.md).
+  const serviceEnv = { ...storage.env, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', NODE_EXTRA_CA_CERTS: receiver.caFile }
   const server = await startService('server', serviceEnv, workDir)
   log(`server: bun src/main.ts on ${server.origin}, LOG_LEVEL default (info), WEBHOOK_* defaults`)
   let sql: Sql | null = null
