@@ -1,7 +1,7 @@
 import { createFlowControl, type FlowSettings } from './flow-control.ts'
 import { decideAfterAttempt } from './policy.ts'
 import type { AttemptResult } from './send.ts'
-import type { ClaimOptions, ClaimedDelivery, RecordedAttempt } from './store.ts'
+import type { ClaimOptions, ClaimResult, ClaimedDelivery, RecordedAttempt } from './store.ts'
 
 /**
  * The two database operations a sender needs. Coarse on purpose: on PGlite each call crosses
@@ -9,9 +9,12 @@ import type { ClaimOptions, ClaimedDelivery, RecordedAttempt } from './store.ts'
  * a call per batch costs one message, not one per row.
  */
 export interface DeliveryStore {
-  claim(options: ClaimOptions): Promise<ClaimedDelivery[]>
+  claim(options: ClaimOptions): Promise<ClaimResult>
   record(attempts: RecordedAttempt[]): Promise<void>
 }
+
+// Claims in a row that found nothing though subscriptions were left unvisited (each visits up to HOOKS_PER_CLAIM).
+const MAX_EMPTY_WALKS = 16
 
 export interface DispatcherOptions {
   store: DeliveryStore
@@ -54,6 +57,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const { store, concurrency } = options
   const flow = createFlowControl(options.flow)
   let inFlight = 0
+  // Where the next claim's round-robin walk over subscriptions starts.
+  let walkedTo = ''
   let claiming = false
   let wokenWhileClaiming = false
   let stopped = false
@@ -70,19 +75,25 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     try {
       do {
         wokenWhileClaiming = false
+        let emptyWalks = 0
         while (!stopped && inFlight < concurrency) {
           const free = concurrency - inFlight
-          const batch = await store.claim({
+          const claimed = await store.claim({
             limit: free,
             leaseMs: options.leaseMs,
             allowances: flow.allowances(concurrency),
             defaultAllowance: flow.newcomerAllowance(concurrency),
             maxPerHook: options.maxPerHook,
+            after: walkedTo,
           })
-          for (const delivery of batch) void sendOne(delivery)
-          // A short batch is not proof that nothing is due: subscriptions that reach their bound
-          // in this claim are left out of the next one, which can then reach rows behind them.
-          if (batch.length === 0) break
+          walkedTo = claimed.walkedTo
+          for (const delivery of claimed.deliveries) void sendOne(delivery)
+          // Claim again while it got something (the walk goes on from where it ended, to the
+          // subscriptions it did not reach) or stopped short of visiting every subscription; a
+          // long run of subscriptions with no room ends the round, and the next wake or poll
+          // walks on from there.
+          emptyWalks = claimed.deliveries.length > 0 ? 0 : emptyWalks + 1
+          if (claimed.deliveries.length === 0 && (!claimed.more || emptyWalks >= MAX_EMPTY_WALKS)) break
         }
       } while (wokenWhileClaiming && !stopped && inFlight < concurrency)
     } catch (error) {

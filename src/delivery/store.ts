@@ -27,7 +27,20 @@ export interface ClaimOptions {
   defaultAllowance: number
   /** Deliveries of one subscription in flight at once, across every sender on the database (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION). */
   maxPerHook: number
+  /** Where the round-robin walk over subscriptions starts: after the hook id the previous claim ended at ('' for the beginning). */
+  after: string
 }
+
+export interface ClaimResult {
+  deliveries: ClaimedDelivery[]
+  /** The hook id this claim's walk ended at: the next claim's `after`. */
+  walkedTo: string
+  /** The walk stopped at its bound with subscriptions left unvisited: claiming again may find more. */
+  more: boolean
+}
+
+/** Subscriptions one claim looks at, at most: a claim costs a few index probes per subscription visited. */
+export const HOOKS_PER_CLAIM = 64
 
 /** What one attempt did, ready to be stored. */
 export interface RecordedAttempt {
@@ -52,11 +65,14 @@ const CLAIM_LOCK = 7_200_011
  * what the subscription's rate limit leaves of this second; a subscription a receiver asked to
  * wait (Retry-After) gets nothing until then.
  *
- * Order is round-robin, not first-come: due rows are ranked within their subscription, and a
- * row's rank is what its subscription already has in flight plus its place in line, so the
- * subscription with the least in flight is served first and a backlog of one cannot fill a
- * claim while another waits. Subscriptions with no room at all are left out before the scan,
- * so their backlog does not hide other subscriptions' due rows.
+ * Round-robin, not first-come. The claim walks the subscriptions that have pending deliveries
+ * in hook-id order, starting after where the previous claim ended (`after`) and wrapping
+ * around, one index probe per subscription (a loose index scan of deliveries_pending_idx),
+ * at most HOOKS_PER_CLAIM of them. For each subscription with room it reads the head of its own
+ * queue, so a backlog of thousands for one subscription costs the others nothing, and a
+ * subscription without room costs one probe. The rows found are then ranked by what their
+ * subscription already has in flight plus their place in its line, so the least-served
+ * subscription is served first.
  *
  * Rows are locked `FOR UPDATE SKIP LOCKED`, so senders never wait on each other's rows and a
  * row is never leased twice. Claims also take a transaction-scoped advisory lock: a claim takes
@@ -64,12 +80,11 @@ const CLAIM_LOCK = 7_200_011
  * earlier claim committed, which is what makes the cross-process bounds exact. A lease that
  * runs out (its sender died) makes the row due again.
  */
-export async function claimDueDeliveries(db: Database, options: ClaimOptions): Promise<ClaimedDelivery[]> {
-  const scan = Math.max(options.limit * 4, 64)
+export async function claimDueDeliveries(db: Database, options: ClaimOptions): Promise<ClaimResult> {
   const rows = await db.transaction(async (tx) => {
     await tx.execute(sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`)
     return queryRows<{
-      id: string
+      id: string | null
       event_id: string
       hook_id: string
       attempts: number
@@ -77,47 +92,63 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions): P
       target_url: string
       secret_ciphertext: string
       previous_secret_ciphertext: string | null
+      walked_to: string | null
+      visited: number
     }>(
       tx as unknown as Database,
-      sql`with allowance as (
+      sql`with recursive walk(hook_id, lap, step) as (
+            select (select d.hook_id from deliveries d where d.status = 'pending' and d.hook_id > ${options.after} order by d.hook_id limit 1), 0, 1
+            union all
+            select (select d.hook_id from deliveries d where d.status = 'pending' and d.hook_id > coalesce(w.hook_id, '') order by d.hook_id limit 1),
+                   case when w.hook_id is null then 1 else w.lap end,
+                   w.step + 1
+            from walk w
+            where w.step < ${HOOKS_PER_CLAIM} + 1
+              and (w.hook_id is not null or w.lap = 0)
+              and not (w.lap = 1 and w.hook_id >= ${options.after})
+          ),
+          visited as (
+            select hook_id, min(step) as step from walk
+            where hook_id is not null and (lap = 0 or hook_id <= ${options.after}) and step <= ${HOOKS_PER_CLAIM}
+            group by hook_id
+          ),
+          allowance as (
             select key as hook_id, value::int as n from jsonb_each_text(${JSON.stringify(options.allowances)}::jsonb)
           ),
           in_flight as (
             select hook_id, count(*)::int as n from deliveries
-            where leased_until >= now()
+            where leased_until >= now() and hook_id in (select hook_id from visited)
             group by hook_id
           ),
-          full_hooks as (
-            select hook_id from allowance where n <= 0
-            union all
-            select hook_id from in_flight where n >= ${options.maxPerHook}
+          rooms as (
+            select v.hook_id, v.step, coalesce(f.n, 0) as held,
+                   least(coalesce(a.n, ${options.defaultAllowance}),
+                         ${options.maxPerHook} - coalesce(f.n, 0),
+                         case when h.rate_limit_per_s is null then ${options.maxPerHook}
+                              when h.rate_window_started_at = date_trunc('second', now()) then h.rate_limit_per_s - h.rate_window_count
+                              else h.rate_limit_per_s end) as room
+            from visited v
+            join hooks h on h.id = v.hook_id and h.status = 'active' and (h.throttled_until is null or h.throttled_until <= now())
+            left join in_flight f on f.hook_id = v.hook_id
+            left join allowance a on a.hook_id = v.hook_id
           ),
           candidates as (
-            select d.id, d.hook_id, d.next_attempt_at,
-                   case when h.rate_limit_per_s is null then ${options.maxPerHook}
-                        when h.rate_window_started_at = date_trunc('second', now()) then h.rate_limit_per_s - h.rate_window_count
-                        else h.rate_limit_per_s end as rate_room
-            from deliveries d
-            join hooks h on h.id = d.hook_id and h.status = 'active' and (h.throttled_until is null or h.throttled_until <= now())
-            where d.status = 'pending' and d.next_attempt_at <= now() and (d.leased_until is null or d.leased_until < now())
-              and d.hook_id not in (select hook_id from full_hooks)
-            order by d.next_attempt_at
-            limit ${scan}
-            for update of d skip locked
-          ),
-          ranked as (
-            select c.id, c.hook_id, c.next_attempt_at,
-                   row_number() over (partition by c.hook_id order by c.next_attempt_at, c.id) as place,
-                   coalesce(f.n, 0) as held,
-                   least(coalesce(a.n, ${options.defaultAllowance}), ${options.maxPerHook} - coalesce(f.n, 0), c.rate_room) as room
-            from candidates c
-            left join in_flight f on f.hook_id = c.hook_id
-            left join allowance a on a.hook_id = c.hook_id
+            select c.id, r.hook_id, r.step, r.held,
+                   row_number() over (partition by r.hook_id order by c.next_attempt_at, c.id) as place
+            from rooms r
+            cross join lateral (
+              select d.id, d.next_attempt_at from deliveries d
+              where d.hook_id = r.hook_id and d.status = 'pending' and d.next_attempt_at <= now()
+                and (d.leased_until is null or d.leased_until < now())
+              order by d.next_attempt_at
+              limit greatest(r.room, 0)
+              for update skip locked
+            ) c
+            where r.room > 0
           ),
           picked as (
-            select id, hook_id from ranked
-            where place <= room
-            order by held + place, next_attempt_at
+            select id, hook_id from candidates
+            order by held + place, step
             limit ${options.limit}
           ),
           rate_counted as (
@@ -126,24 +157,37 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions): P
               rate_window_started_at = date_trunc('second', now())
             from (select hook_id, count(*)::int as n from picked group by hook_id) p
             where h.id = p.hook_id and h.rate_limit_per_s is not null
+          ),
+          leased as (
+            update deliveries d set leased_until = now() + make_interval(secs => ${options.leaseMs / 1000})
+            from picked, events e, hooks h
+            where d.id = picked.id and e.id = d.event_id and h.id = d.hook_id
+            returning d.id, d.event_id, d.hook_id, d.attempts, e.payload, h.target_url, h.secret_ciphertext,
+                      case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext
+          ),
+          walked as (
+            select (select hook_id from visited order by step desc limit 1) as walked_to, (select count(*)::int from visited) as visited
           )
-          update deliveries d set leased_until = now() + make_interval(secs => ${options.leaseMs / 1000})
-          from picked, events e, hooks h
-          where d.id = picked.id and e.id = d.event_id and h.id = d.hook_id
-          returning d.id, d.event_id, d.hook_id, d.attempts, e.payload, h.target_url, h.secret_ciphertext,
-                    case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext`,
+          select l.*, w.walked_to, w.visited from walked w left join leased l on true`,
     )
   })
-  return rows.map((row) => ({
-    id: row.id,
-    eventId: row.event_id,
-    hookId: row.hook_id,
-    attempts: Number(row.attempts),
-    payload: row.payload,
-    targetUrl: row.target_url,
-    secretCiphertext: row.secret_ciphertext,
-    previousSecretCiphertext: row.previous_secret_ciphertext,
-  }))
+  const [first] = rows
+  return {
+    deliveries: rows
+      .filter((row) => row.id !== null)
+      .map((row) => ({
+        id: row.id!,
+        eventId: row.event_id,
+        hookId: row.hook_id,
+        attempts: Number(row.attempts),
+        payload: row.payload,
+        targetUrl: row.target_url,
+        secretCiphertext: row.secret_ciphertext,
+        previousSecretCiphertext: row.previous_secret_ciphertext,
+      })),
+    walkedTo: first?.walked_to ?? '',
+    more: Number(first?.visited ?? 0) >= HOOKS_PER_CLAIM,
+  }
 }
 
 /**

@@ -67,7 +67,7 @@ async function start(settings: WorkerSettings) {
     ? {
         async claim(options) {
           const claimed = await database.claim(options)
-          if (claimed.length > 0) log('debug', 'claimed deliveries', { count: claimed.length })
+          if (claimed.deliveries.length > 0) log('debug', 'claimed deliveries', { count: claimed.deliveries.length })
           return claimed
         },
         record: database.record,

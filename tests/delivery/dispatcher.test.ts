@@ -32,7 +32,7 @@ function memoryStore(due: ClaimedDelivery[]) {
         picked.push(item)
         due.splice(due.indexOf(item), 1)
       }
-      return picked
+      return { deliveries: picked, walkedTo: '', more: false }
     },
     async record(attempts) {
       // As long as a database round trip: attempts that finish meanwhile wait for the next batch.

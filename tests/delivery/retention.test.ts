@@ -5,6 +5,9 @@ import { deliveries, deliveryAttempts, events, messages } from '../../src/lib/db
 import { claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
 import { deleteExpiredEvents } from '../../src/delivery/retention.ts'
 
+/** The deliveries a claim leased. */
+const claimRows = async (...args: Parameters<typeof claimDueDeliveries>) => (await claimDueDeliveries(...args)).deliveries
+
 // No worker: the test settles deliveries by hand.
 const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' }, deliverWebhooks: false })
 const db = server.database.handle.db
@@ -27,7 +30,7 @@ describe('event retention', () => {
       })
       expect(sent.status).toBe(201)
     }
-    const claimed = (await claimDueDeliveries(db, { limit: 10, leaseMs: 60_000, allowances: { [hook.id]: 2 }, defaultAllowance: 0, maxPerHook: 64 })).filter((item) => item.hookId === hook.id)
+    const claimed = (await claimRows(db, { limit: 10, leaseMs: 60_000, allowances: { [hook.id]: 2 }, defaultAllowance: 0, maxPerHook: 64, after: '' })).filter((item) => item.hookId === hook.id)
     expect(claimed).toHaveLength(2)
     const ok = { ok: true, status: 200, durationMs: 3, error: null, responseSnippet: 'ok', retryAfterSeconds: null }
     await recordDeliveryAttempts(db, claimed.map((item) => ({ deliveryId: item.id, result: ok, decision: { kind: 'delivered' as const } })))

@@ -13,6 +13,9 @@ import { decideAfterAttempt } from '../../src/delivery/policy.ts'
 import { sendWebhook } from '../../src/delivery/send.ts'
 import { postgresDatabase, queryRows } from '../../src/lib/db/client.ts'
 
+/** The deliveries a claim leased. */
+const claimRows = async (...args: Parameters<typeof claimDueDeliveries>) => (await claimDueDeliveries(...args)).deliveries
+
 // No delivery worker: these tests drive claim, send and record by hand.
 const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' }, deliverWebhooks: false })
 const db = server.database.handle.db
@@ -60,7 +63,7 @@ async function eventFor(path: string) {
 
 /** One claim-send-record round, as the worker will run it. */
 async function deliverOnce(claimedFor: string) {
-  const claimed = (await claimDueDeliveries(db, { limit: 100, leaseMs: 30_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 })).filter((item) => item.hookId === claimedFor)
+  const claimed = (await claimRows(db, { limit: 100, leaseMs: 30_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' })).filter((item) => item.hookId === claimedFor)
   for (const item of claimed) {
     const secret = await server.instance.secretBox.open(item.secretCiphertext)
     const result = await sendWebhook({ url: item.targetUrl, id: item.eventId, body: item.payload, secrets: [secret] }, { timeoutMs: 2_000, allowPrivate: true, ca: tls.ca })
@@ -119,10 +122,10 @@ describe('leases', () => {
   test('a leased delivery is not claimed again until its lease runs out', async () => {
     const { hook } = await eventFor('/lease')
     const mine = <T extends { hookId: string }>(items: T[]) => items.filter((item) => item.hookId === hook.id)
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 }))).toHaveLength(1)
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 }))).toHaveLength(0)
+    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' }))).toHaveLength(1)
+    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' }))).toHaveLength(0)
     await db.update(deliveries).set({ leasedUntil: sql`now() - interval '1 second'` }).where(eq(deliveries.hookId, hook.id))
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 }))).toHaveLength(1)
+    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' }))).toHaveLength(1)
   })
 
   test.if(!!server.database.url)('claimers on separate connections never get the same delivery', async () => {
@@ -143,7 +146,7 @@ describe('leases', () => {
     try {
       const claimed: string[] = []
       for (let round = 0; round < 20; round++) {
-        const batches = await Promise.all(claimers.map((claimer) => claimDueDeliveries(claimer.db, { limit: 7, leaseMs: 60_000, allowances: {}, defaultAllowance: 1000, maxPerHook: 1000 })))
+        const batches = await Promise.all(claimers.map((claimer) => claimRows(claimer.db, { limit: 7, leaseMs: 60_000, allowances: {}, defaultAllowance: 1000, maxPerHook: 1000, after: '' })))
         for (const batch of batches) claimed.push(...batch.map((item) => item.id))
       }
       const many = await db.select({ id: deliveries.id }).from(deliveries).innerJoin(hooks, eq(hooks.id, deliveries.hookId)).where(eq(hooks.accountId, owner.accountId))
@@ -175,19 +178,19 @@ describe('in flight per subscription', () => {
     const { owner, hook } = await eventFor('/bounded')
     await moreEvents(owner, 4)
     const mine = <T extends { hookId: string }>(items: T[]) => items.filter((item) => item.hookId === hook.id)
-    const first = mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 }))
+    const first = mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' }))
     expect(first).toHaveLength(2)
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 }))).toHaveLength(0)
+    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' }))).toHaveLength(0)
     await recordDeliveryAttempts(db, [{ deliveryId: first[0]!.id, result: okAttempt, decision: { kind: 'delivered' } }])
-    expect(mine(await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 }))).toHaveLength(1)
+    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' }))).toHaveLength(1)
   })
 
   test("one subscription's backlog does not hide another's due delivery from the next claim", async () => {
     const slow = await eventFor('/backlog')
     await moreEvents(slow.owner, 80)
     const other = await eventFor('/other')
-    const first = await claimDueDeliveries(db, { limit: 10, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 })
-    const second = await claimDueDeliveries(db, { limit: 10, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 })
+    const first = await claimRows(db, { limit: 10, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' })
+    const second = await claimRows(db, { limit: 10, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' })
     expect([...first, ...second].filter((item) => item.hookId === slow.hook.id)).toHaveLength(2)
     expect([...first, ...second].filter((item) => item.hookId === other.hook.id)).toHaveLength(1)
   })
@@ -198,7 +201,7 @@ describe('recording', () => {
     const { owner, hook } = await eventFor('/clock')
     await moreEvents(owner, 2)
     const failOne = async () => {
-      const [item] = (await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 1 })).filter((claimed) => claimed.hookId === hook.id)
+      const [item] = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 1, after: '' })).filter((claimed) => claimed.hookId === hook.id)
       await recordDeliveryAttempts(db, [{ deliveryId: item!.id, result: failedAttempt, decision: { kind: 'retry', delayMs: 0 } }])
       return item!
     }
@@ -210,7 +213,7 @@ describe('recording', () => {
     const again = await failOne()
     expect((await read()).failingSince!.getTime()).toBe(failing.failingSince!.getTime())
 
-    const [next] = (await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 1 })).filter((claimed) => claimed.hookId === hook.id)
+    const [next] = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 1, after: '' })).filter((claimed) => claimed.hookId === hook.id)
     await recordDeliveryAttempts(db, [{ deliveryId: next!.id, result: okAttempt, decision: { kind: 'delivered' } }])
     expect((await read()).failingSince).toBeNull()
 
@@ -228,7 +231,7 @@ describe('recording', () => {
   test("an attempt for a delivery deleted meanwhile (its subscription was deleted) is dropped, the others in the batch are stored", async () => {
     const gone = await eventFor('/deleted-meanwhile')
     const kept = await eventFor('/kept')
-    const claimed = (await claimDueDeliveries(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2 })).filter((item) => [gone.hook.id, kept.hook.id].includes(item.hookId))
+    const claimed = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' })).filter((item) => [gone.hook.id, kept.hook.id].includes(item.hookId))
     expect(claimed).toHaveLength(2)
     await db.delete(hooks).where(eq(hooks.id, gone.hook.id))
     await recordDeliveryAttempts(db, claimed.map((item) => ({ deliveryId: item.id, result: okAttempt, decision: { kind: 'delivered' as const } })))
@@ -242,7 +245,7 @@ describe('flow control in the claim', () => {
   // Only the subscriptions a test names may be claimed: the others' leftovers are set aside first.
   const setAsideOthers = () => db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
   const claim = (allowances: Record<string, number>, limit = 100, maxPerHook = 64) =>
-    claimDueDeliveries(db, { limit, leaseMs: 60_000, allowances, defaultAllowance: 1, maxPerHook })
+    claimRows(db, { limit, leaseMs: 60_000, allowances, defaultAllowance: 1, maxPerHook, after: '' })
   const count = (items: { hookId: string }[], hookId: string) => items.filter((item) => item.hookId === hookId).length
   async function twoBacklogs(size: number) {
     const a = await eventFor('/flow-a')
@@ -272,7 +275,7 @@ describe('flow control in the claim', () => {
     try {
       const [mine, theirs] = await Promise.all([
         claim({ [a]: 10 }, 100, 4),
-        claimDueDeliveries(other?.db ?? db, { limit: 100, leaseMs: 60_000, allowances: { [a]: 10 }, defaultAllowance: 1, maxPerHook: 4 }),
+        claimRows(other?.db ?? db, { limit: 100, leaseMs: 60_000, allowances: { [a]: 10 }, defaultAllowance: 1, maxPerHook: 4, after: '' }),
       ])
       expect(count(mine, a) + count(theirs, a)).toBe(4)
     } finally {

@@ -281,7 +281,8 @@ export const deliveries = pgTable(
     createdAt: createdAt(),
   },
   (table) => [
-    index('deliveries_due_idx').on(table.nextAttemptAt).where(sql`${table.status} = 'pending'`),
+    // The claim walks the subscriptions with pending deliveries and reads the head of each one's queue (src/delivery/store.ts).
+    index('deliveries_pending_idx').on(table.hookId, table.nextAttemptAt).where(sql`${table.status} = 'pending'`),
     index('deliveries_hook_id_idx').on(table.hookId, table.id),
     // Deleting an expired event (src/delivery/retention.ts) finds its deliveries by this.
     index('deliveries_event_id_idx').on(table.eventId),
