@@ -80,23 +80,20 @@ const CLAIM_LOCK = 7_200_011
  * earlier claim committed, which is what makes the cross-process bounds exact. A lease that
  * runs out (its sender died) makes the row due again.
  */
-export async function claimDueDeliveries(db: Database, options: ClaimOptions): Promise<ClaimResult> {
-  const rows = await db.transaction(async (tx) => {
-    await tx.execute(sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`)
-    return queryRows<{
-      id: string | null
-      event_id: string
-      hook_id: string
-      attempts: number
-      payload: string
-      target_url: string
-      secret_ciphertext: string
-      previous_secret_ciphertext: string | null
-      walked_to: string | null
-      visited: number
-    }>(
-      tx as unknown as Database,
-      sql`with recursive walk(hook_id, lap, step) as (
+export async function claimDueDeliveries(db: Database, options: ClaimOptions, sender: { sole: boolean } = { sole: false }): Promise<ClaimResult> {
+  type Row = {
+    id: string | null
+    event_id: string
+    hook_id: string
+    attempts: number
+    payload: string
+    target_url: string
+    secret_ciphertext: string
+    previous_secret_ciphertext: string | null
+    walked_to: string | null
+    visited: number
+  }
+  const statement = sql`with recursive walk(hook_id, lap, step) as (
             select (select d.hook_id from deliveries d where d.status = 'pending' and d.hook_id > ${options.after} order by d.hook_id limit 1), 0, 1
             union all
             select (select d.hook_id from deliveries d where d.status = 'pending' and d.hook_id > coalesce(w.hook_id, '') order by d.hook_id limit 1),
@@ -168,9 +165,15 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions): P
           walked as (
             select (select hook_id from visited order by step desc limit 1) as walked_to, (select count(*)::int from visited) as visited
           )
-          select l.*, w.walked_to, w.visited from walked w left join leased l on true`,
-    )
-  })
+          select l.*, w.walked_to, w.visited from walked w left join leased l on true`
+  // PGlite is one connection in one process (the data-dir lock): nothing else claims, so one
+  // statement needs no lock and no transaction around it (on PGlite each statement costs ~0.4 ms).
+  const rows = sender.sole
+    ? await queryRows<Row>(db, statement)
+    : await db.transaction(async (tx) => {
+        await tx.execute(sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`)
+        return queryRows<Row>(tx as unknown as Database, statement)
+      })
   const [first] = rows
   return {
     deliveries: rows

@@ -94,7 +94,7 @@ export function startDeliveryWorker(options: {
 
   const answer = async (message: Extract<FromWorker, { type: 'call' }>) => {
     try {
-      const value = message.op === 'claim' ? await claimDueDeliveries(handle.db, message.args) : await recordDeliveryAttempts(handle.db, message.args)
+      const value = message.op === 'claim' ? await claimDueDeliveries(handle.db, message.args, { sole: true }) : await recordDeliveryAttempts(handle.db, message.args)
       worker.postMessage({ type: 'reply', id: message.id, ok: true, value } satisfies ToWorker)
     } catch (error) {
       worker.postMessage({ type: 'reply', id: message.id, ok: false, error: error instanceof Error ? error.message : String(error) } satisfies ToWorker)
