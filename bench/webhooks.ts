@@ -1091,6 +1091,13 @@ async function main(): Promise<number> {
       )
       full = await deliveryPhase(rig, { label: 'one subscription, max, full table', subscriptions: [one], load: { kind: 'closed', seconds: SEND_SECONDS, max: MESSAGES } })
       printDelivery(full)
+      // What one delivered message costs on disk (its message, event, one delivery, one attempt, with every index): the table growth per day in docs/performance.md.
+      await sql!`vacuum analyze messages, events, deliveries, delivery_attempts`
+      const sizes = await sql!`select relname as table, pg_total_relation_size(relid)::bigint as bytes, n_live_tup::bigint as rows
+        from pg_stat_user_tables where relname in ('messages', 'events', 'deliveries', 'delivery_attempts') order by relname`
+      const perMessage = sizes.reduce((sum, row) => sum + Number(row.bytes) / Math.max(1, Number(row.rows)), 0)
+      log(`storage: ${sizes.map((row) => `${row.table} ${fmtInt(Number(row.rows))} rows, ${fmtInt(Number(row.bytes) / Math.max(1, Number(row.rows)))} bytes/row`).join('; ')}`)
+      log(`storage: about ${fmtInt(perMessage)} bytes per delivered message (its message, event, delivery and attempt, indexes included)`)
     }
   }
 
