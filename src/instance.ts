@@ -14,7 +14,7 @@ import { createAccountReader } from './accounts/account-cache.ts'
 import { createApiKeyAuthenticator, newApiKeyCache } from './auth/authenticator.ts'
 import { createBearerAuthenticator } from './auth/bearer.ts'
 import { sandboxCarrier } from './messages/carrier.ts'
-import { createMessageSettler, createMessageStorer, dispatchStaleQueuedMessages, type MessageDeps } from './messages/service.ts'
+import { createMessageSettler, createMessageStorer, startQueuedCatchUp, type MessageDeps } from './messages/service.ts'
 import { prepareActiveKeyLookup } from './auth/api-keys.ts'
 import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/secret-box.ts'
 import { createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
@@ -142,8 +142,7 @@ export async function createInstance(options: {
   const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger }) : undefined
   const successorErasure = startSuccessorErasure({ db: handle.db, graceSeconds: config.oauthRefreshGraceSeconds, logger })
   const eventRetention = startEventRetention({ db: handle.db, retentionDays: config.eventRetentionDays, logger })
-  const caughtUp = await dispatchStaleQueuedMessages(messaging)
-  if (caughtUp > 0) logger.info('dispatched messages left queued by a stopped process', { count: caughtUp })
+  const queuedCatchUp = startQueuedCatchUp(messaging)
   return {
     app,
     fetch: requestHandler(app, logger, { trustedProxies: config.trustedProxies }),
@@ -155,6 +154,7 @@ export async function createInstance(options: {
       notifier?.stop()
       await successorErasure.stop()
       await eventRetention.stop()
+      await queuedCatchUp.stop()
       await worker?.stop()
     },
   }

@@ -1,6 +1,6 @@
 // The delivery worker thread (started by src/delivery/supervisor.ts): claim → send → record.
 import postgres from 'postgres'
-import { preparedDrizzle } from '../lib/db/client.ts'
+import { POSTGRES_OPTIONS, preparedDrizzle } from '../lib/db/client.ts'
 import { createSecretBox, type SecretBox } from '../lib/secret-box.ts'
 import type { LogFields } from '../lib/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
@@ -32,7 +32,7 @@ function proxiedStore(): DeliveryStore {
 
 /** PostgreSQL: a pool of this thread's own, and LISTEN so that commits in any process wake it. */
 async function postgresStore(url: string, onNotified: () => void): Promise<DeliveryStore> {
-  const client = postgres(url, { max: 4, onnotice: () => {} })
+  const client = postgres(url, { ...POSTGRES_OPTIONS, max: 4 })
   const db = preparedDrizzle(client)
   const listening = await client.listen(DELIVERIES_CHANNEL, onNotified)
   closeDatabase = async () => {

@@ -56,6 +56,13 @@ export const notFound = (detail = 'No such resource.') => new ApiError(404, 'not
 export const validationFailed = (errors: FieldError[]) =>
   new ApiError(422, 'validation_failed', 'The request body or parameters are invalid; see errors.', { errors })
 
+/** The database is down or restarting (src/lib/db/errors.ts): retry shortly. */
+export const DATABASE_RETRY_AFTER_SECONDS = 5
+export const databaseUnavailable = () =>
+  new ApiError(503, 'database_unavailable', 'The service cannot reach its database right now; nothing was changed. Retry shortly.', {
+    headers: { 'retry-after': String(DATABASE_RETRY_AFTER_SECONDS) },
+  })
+
 /** The one answer to a failure of ours: the request id to quote, never the cause. */
 export const internalError = (requestId: string) =>
   new ApiError(500, 'internal_error', `Something went wrong on our side. Quote ${requestId} when reporting it.`)

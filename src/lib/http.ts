@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
-import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, internalError, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
+import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, databaseUnavailable, internalError, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
 import { newId } from './ids.ts'
+import { isDatabaseUnavailable } from './db/errors.ts'
 import { describeError, redactedPath, type Logger } from './logger.ts'
 import { clientAddress as resolveClientAddress, trustedProxies, type TrustedProxies } from './client-address.ts'
 
@@ -197,6 +198,10 @@ export function httpFoundation(logger: Logger) {
       const requestId = newId('req')
       set.headers['x-request-id'] = requestId
       let apiError = toApiError(code, error, request)
+      if (!apiError && isDatabaseUnavailable(error)) {
+        logger.warn('the database is unavailable', { request_id: requestId, path: redactedPath(request.url), ...describeError(error) })
+        apiError = databaseUnavailable()
+      }
       if (!apiError) {
         logger.error('unhandled error', {
           request_id: requestId,

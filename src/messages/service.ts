@@ -2,6 +2,8 @@ import { and, desc, eq, gte, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { createBatcher } from '../lib/batcher.ts'
+import { startPeriodicSweep } from '../lib/sweep.ts'
+import { isDatabaseUnavailable } from '../lib/db/errors.ts'
 import { events, messages } from '../lib/db/schema.ts'
 import { isId, newId } from '../lib/ids.ts'
 import type { Logger } from '../lib/logger.ts'
@@ -134,7 +136,7 @@ export async function dispatchMessage(deps: MessageDeps, message: Message): Prom
   }
   const type: EventType = outcome.delivered ? 'message.delivered' : 'message.failed'
   const { pending } = buildEvent({ accountId: message.accountId, type, message: toMessageResource(settled) })
-  const queued = await deps.settleMessage({
+  const queued = await settleWhileDatabaseAway(deps.settleMessage, {
     message_id: message.id,
     status: settled.status as Settlement['status'],
     error: settled.error,
@@ -146,10 +148,33 @@ export async function dispatchMessage(deps: MessageDeps, message: Message): Prom
   if (queued > 0) deps.deliveriesQueued()
 }
 
+// The carrier has acted, so its outcome is kept and written again while the database is away
+// (calling the carrier again would send the message twice); past this, the periodic catch-up
+// (dispatchStaleQueuedMessages) takes the message.
+const SETTLE_RETRY_FOR_MS = 120_000
+
+async function settleWhileDatabaseAway(settle: MessageSettler, settlement: Settlement): Promise<number> {
+  const started = Date.now()
+  let delayMs = 250
+  for (;;) {
+    try {
+      return await settle(settlement)
+    } catch (error) {
+      if (!isDatabaseUnavailable(error) || Date.now() - started > SETTLE_RETRY_FOR_MS) throw error
+      await new Promise((resolve) => setTimeout(resolve, delayMs))
+      delayMs = Math.min(delayMs * 2, 5000)
+    }
+  }
+}
+
 // A message queued this long ago is not being dispatched by any live instance.
 const STALE_QUEUED_SECONDS = 60
 
-/** At start: dispatch messages left queued by a process that stopped between accepting and dispatching. */
+/**
+ * Dispatches messages left queued: by a process that stopped between accepting and dispatching,
+ * or whose settlement could not be written for minutes. Runs at start and every minute
+ * (startQueuedCatchUp).
+ */
 export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<number> {
   const stale = await deps.db
     .select()
@@ -214,4 +239,19 @@ export async function listEvents(
         .limit(take),
     (row) => JSON.parse(row.payload) as EventPayload,
   )
+}
+
+const CATCH_UP_INTERVAL_MS = 60_000
+
+/** Runs `dispatchStaleQueuedMessages` at start and every minute, so nothing stays queued without a restart. */
+export function startQueuedCatchUp(deps: MessageDeps): { stop(): Promise<void> } {
+  return startPeriodicSweep({
+    sweep: async () => {
+      const count = await dispatchStaleQueuedMessages(deps)
+      if (count > 0) deps.logger.info('dispatched messages left queued', { count })
+    },
+    intervalMs: CATCH_UP_INTERVAL_MS,
+    logger: deps.logger,
+    failure: 'dispatching messages left queued failed',
+  })
 }

@@ -1,0 +1,19 @@
+import { describe, expect, test } from 'bun:test'
+import { isDatabaseUnavailable, isUniqueViolation } from '../../../src/lib/db/errors.ts'
+
+const driverError = (code: string) => Object.assign(new Error('driver'), { code })
+// Drizzle wraps the driver's error: the code sits on the cause.
+const wrapped = (cause: Error) => Object.assign(new Error('Failed query: …'), { cause })
+
+describe('isDatabaseUnavailable', () => {
+  test('connection failures and a server shutting down, starting up or full are; a query error is not', () => {
+    for (const code of ['ECONNREFUSED', 'ECONNRESET', 'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT', '08006', '08001', '57P01', '57P02', '57P03', '53300']) {
+      expect(isDatabaseUnavailable(driverError(code))).toBe(true)
+      expect(isDatabaseUnavailable(wrapped(driverError(code)))).toBe(true)
+    }
+    for (const code of ['23505', '42P01', '40001', '57014']) expect(isDatabaseUnavailable(wrapped(driverError(code)))).toBe(false)
+    expect(isDatabaseUnavailable(new Error('plain'))).toBe(false)
+    expect(isDatabaseUnavailable(undefined)).toBe(false)
+    expect(isUniqueViolation(wrapped(driverError('23505')))).toBe(true)
+  })
+})
