@@ -9,10 +9,11 @@
  *   - CPU accounting from /proc, by process and by thread, so that a noisy machine shows up in the
  *     figures instead of silently skewing them (startCpu);
  *   - wrk runs, always bounded in time, and their parsing (wrk, wrkPhase);
+ *   - a bearer token from the real OAuth flow over HTTP (registerOAuthClient, oauthAccessToken);
  *   - figures: percentiles, medians, the per-phase line, the comparison table (summarize, printComparison).
  */
 import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
-import { randomBytes } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import { availableParallelism, cpus, loadavg, release, tmpdir } from 'node:os'
 import { basename, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -883,6 +884,38 @@ export async function expectStatus(
   if (result.status !== status) fail(`${what}: expected ${status}, got ${result.status}: ${redactText(result.text).slice(0, 500)}`)
   if (result.json === undefined) fail(`${what}: the ${status} body is not JSON: ${redactText(result.text).slice(0, 200)}`)
   return result.json
+}
+
+// ---------------------------------------------------------------------------------------------
+// OAuth over HTTP, as a client does it (README, "OAuth in five steps"): a bearer token for a load
+
+export const OAUTH_REDIRECT_URI = 'http://127.0.0.1:8765/callback'
+
+/** Access, id and refresh tokens never reach the output (API keys neither). */
+export const redactTokens = (text: string) => redact(text).replace(/(Bearer |rt_|eyJ)[A-Za-z0-9_.-]{8,}/g, '$1[REDACTED]')
+
+/** Step 1: one registered client (registration is limited to 20 per address per hour: one per run). */
+export async function registerOAuthClient(origin: string, clientName: string): Promise<string> {
+  const registration = { client_name: clientName, redirect_uris: [OAUTH_REDIRECT_URI] }
+  const registered = await expectStatus(201, 'POST', `${origin}/v0/auth/register`, 'POST /v0/auth/register', { body: registration, redact: redactTokens })
+  if (typeof registered.client_id !== 'string') fail('POST /v0/auth/register answered no client_id')
+  return registered.client_id
+}
+
+/** Steps 3–4: the user signs in, then a PKCE authorization code and its token pair. Answers the access token. */
+export async function oauthAccessToken(origin: string, clientId: string, user: { email: string; password: string }): Promise<string> {
+  const base = `${origin}/v0`
+  const login = await expectStatus(200, 'POST', `${base}/auth/login`, 'POST /v0/auth/login', { body: user, redact: redactTokens })
+  if (typeof login.id_token !== 'string') fail('POST /v0/auth/login answered no id_token')
+  const verifier = randomBytes(48).toString('base64url')
+  const challenge = createHash('sha256').update(verifier).digest('base64url')
+  const authorize = { client_id: clientId, redirect_uri: OAUTH_REDIRECT_URI, id_token: login.id_token, code_challenge: challenge, code_challenge_method: 'S256', state: 'bench' }
+  const authorized = await expectStatus(200, 'POST', `${base}/auth/authorize`, 'POST /v0/auth/authorize', { body: authorize, redact: redactTokens })
+  if (typeof authorized.code !== 'string') fail('POST /v0/auth/authorize answered no code')
+  const exchange = { grant_type: 'authorization_code', code: authorized.code, client_id: clientId, redirect_uri: OAUTH_REDIRECT_URI, code_verifier: verifier }
+  const tokens = await expectStatus(200, 'POST', `${base}/auth/token`, 'POST /v0/auth/token (authorization_code)', { body: exchange, redact: redactTokens })
+  if (typeof tokens.access_token !== 'string') fail('POST /v0/auth/token answered no access_token')
+  return tokens.access_token
 }
 
 // ---------------------------------------------------------------------------------------------
