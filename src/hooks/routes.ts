@@ -3,9 +3,9 @@ import { PageQuery, pageOf } from '../lib/pagination.ts'
 import { runIdempotently } from '../lib/idempotency.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
 import { AccountParams } from '../accounts/schemas.ts'
-import { CreateHookBody, CreatedHookSchema, DeliveryAttemptSchema, HookParams, HookSchema, RotatedHookSchema } from './schemas.ts'
+import { CreateHookBody, CreatedHookSchema, DeliveryAttemptSchema, HookParams, HookSchema, RotatedHookSchema, UpdateHookBody } from './schemas.ts'
 import { listDeliveryAttempts } from './deliveries.ts'
-import { createHook, deleteHook, enableHook, getHook, listHooks, rotateHookSecret, toHookResource, type HookDeps } from './service.ts'
+import { createHook, deleteHook, enableHook, getHook, listHooks, rotateHookSecret, toHookResource, updateHook, type HookDeps } from './service.ts'
 
 export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
   return new Elysia({ tags: ['Webhooks'] })
@@ -55,6 +55,17 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
         params: HookParams,
         response: { 200: HookSchema },
         detail: { summary: 'Read one subscription' },
+      },
+    )
+    .patch(
+      '/account/:account_id/hooks/:hook_id',
+      async ({ caller, params, body }) => toHookResource(await updateHook(deps, ownAccount(caller, params.account_id), params.hook_id, body)),
+      {
+        auth: { scope: 'hooks:write' },
+        params: HookParams,
+        body: UpdateHookBody,
+        response: { 200: HookSchema },
+        detail: { summary: 'Change the target URL, pause or resume, or set the rate limit (the secret is kept)' },
       },
     )
     .get(

@@ -30,8 +30,9 @@ export function toHookResource(hook: Hook): HookResource {
     account_id: hook.accountId,
     event: hook.event as EventType,
     target_url: hook.targetUrl,
-    status: hook.status as 'active' | 'disabled',
+    status: hook.status as HookResource['status'],
     ...(hook.disabledReason ? { disabled_reason: hook.disabledReason } : {}),
+    rate_limit_per_s: hook.rateLimitPerS,
     created_at: hook.createdAt.toISOString(),
   }
 }
@@ -59,6 +60,17 @@ export function checkTargetUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHos
 
 // Standard Webhooks secrets: `whsec_` and base64 of 24 to 64 random bytes.
 const newSigningSecret = () => `whsec_${randomBytes(32).toString('base64')}`
+const SECRET_FORMAT = /^whsec_([A-Za-z0-9+/]+={0,2})$/
+
+/** A secret the owner brings: `whsec_` and the canonical base64 of 24 to 64 bytes. */
+export function checkSigningSecret(raw: string): string {
+  const body = SECRET_FORMAT.exec(raw)?.[1]
+  const bytes = body === undefined ? undefined : Buffer.from(body, 'base64')
+  if (!bytes || bytes.toString('base64') !== body || bytes.length < 24 || bytes.length > 64) {
+    throw validationFailed([{ path: '/secret', message: 'must be whsec_ followed by the base64 of 24 to 64 bytes' }])
+  }
+  return raw
+}
 
 /** REST and MCP alike: the account holds as many subscriptions as it may. */
 const hooksLimitReached = (limit: number) =>
@@ -80,17 +92,20 @@ const hooksLimitReached = (limit: number) =>
 export async function createHook(
   deps: HookDeps,
   accountId: string,
-  input: { event: EventType; target_url: string },
+  input: { event: EventType; target_url: string; secret?: string; rate_limit_per_s?: number },
 ): Promise<{ hook: Hook; secret: string }> {
   const targetUrl = checkTargetUrl(input.target_url, deps)
-  const secret = newSigningSecret()
+  const secret = input.secret === undefined ? newSigningSecret() : checkSigningSecret(input.secret)
   const secretCiphertext = await deps.secretBox.seal(secret)
   try {
     const hook = await deps.db.transaction(async (tx) => {
       await tx.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, accountId)).for('no key update')
       const [held] = await tx.select({ n: count() }).from(hooks).where(eq(hooks.accountId, accountId))
       if (held!.n >= deps.hooksPerAccount) throw hooksLimitReached(deps.hooksPerAccount)
-      const [inserted] = await tx.insert(hooks).values({ id: newId('hook'), accountId, event: input.event, targetUrl, secretCiphertext }).returning()
+      const [inserted] = await tx
+        .insert(hooks)
+        .values({ id: newId('hook'), accountId, event: input.event, targetUrl, secretCiphertext, rateLimitPerS: input.rate_limit_per_s ?? null })
+        .returning()
       return inserted!
     })
     return { hook, secret }
@@ -182,4 +197,43 @@ export async function enableHook(db: Database, accountId: string, hookId: string
     .returning()
   if (!hook) throw noSuchHook(hookId)
   return hook
+}
+
+/**
+ * Changes what the owner may change; the secret is kept. `paused` holds deliveries (they are
+ * still recorded, src/delivery/outbox.ts, and the claim leaves them be); `active` resumes a
+ * paused subscription or re-enables a disabled one (as `enableHook`, its failure clock
+ * restarts). A new target URL follows the same rules as at creation.
+ */
+export async function updateHook(
+  deps: Pick<HookDeps, 'db' | 'isForbiddenHost' | 'allowPrivateTargets'>,
+  accountId: string,
+  hookId: string,
+  input: { target_url?: string; status?: 'active' | 'paused'; rate_limit_per_s?: number | null },
+): Promise<Hook> {
+  if (!isId('hook', hookId)) throw noSuchHook(hookId)
+  const targetUrl = input.target_url === undefined ? undefined : checkTargetUrl(input.target_url, deps)
+  try {
+    const [hook] = await deps.db
+      .update(hooks)
+      .set({
+        ...(targetUrl === undefined ? {} : { targetUrl }),
+        ...(input.rate_limit_per_s === undefined ? {} : { rateLimitPerS: input.rate_limit_per_s }),
+        ...(input.status === undefined
+          ? {}
+          : {
+              status: input.status,
+              disabledReason: null,
+              // The row's status before this update: a subscription that was not active starts a new failure clock.
+              failingSince: sql`case when ${hooks.status} = 'active' then ${hooks.failingSince} end`,
+            }),
+      })
+      .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
+      .returning()
+    if (!hook) throw noSuchHook(hookId)
+    return hook
+  } catch (error) {
+    if (isUniqueViolation(error)) throw new ApiError(409, 'conflict', `This account already has a subscription to this event for ${targetUrl}.`)
+    throw error
+  }
 }
