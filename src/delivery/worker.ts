@@ -1,6 +1,5 @@
 // The delivery worker thread (started by src/delivery/supervisor.ts): claim → send → record.
-import postgres from 'postgres'
-import { POSTGRES_OPTIONS, preparedDrizzle } from '../lib/db/client.ts'
+import { postgresClient, preparedDrizzle } from '../lib/db/client.ts'
 import { createSecretBox, type SecretBox } from '../lib/secret-box.ts'
 import type { LogFields } from '../lib/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
@@ -30,11 +29,31 @@ function proxiedStore(): DeliveryStore {
   }
 }
 
-/** PostgreSQL: a pool of this thread's own, and LISTEN so that commits in any process wake it. */
+/**
+ * PostgreSQL: a pool of this thread's own, and LISTEN so that commits in any process wake it.
+ * While the database is away the pool refuses claims and records at once (src/lib/db/client.ts):
+ * the dispatcher logs them, its poll claims again, and attempts whose record was lost are sent
+ * again when their lease runs out. postgres-js listens again by itself on a new connection
+ * once its listening one is lost (and keeps trying until it can); `onlisten` says when it has.
+ */
 async function postgresStore(url: string, onNotified: () => void): Promise<DeliveryStore> {
-  const client = postgres(url, { ...POSTGRES_OPTIONS, max: 4 })
+  const client = postgresClient(url, {
+    max: 4,
+    onAvailability: (available, error) =>
+      available
+        ? log('info', 'the database answers again: claiming deliveries')
+        : log('warn', 'the database is unavailable: claims and records fail until it answers', { error: error instanceof Error ? error.message : String(error) }),
+  })
   const db = preparedDrizzle(client)
-  const listening = await client.listen(DELIVERIES_CHANNEL, onNotified)
+  let listened = false
+  const listening = await client.listen(DELIVERIES_CHANNEL, onNotified, () => {
+    // Notifications sent while the connection was away are lost: claim now rather than at the next poll.
+    if (listened) {
+      log('info', `listening for ${DELIVERIES_CHANNEL} again`)
+      onNotified()
+    }
+    listened = true
+  })
   closeDatabase = async () => {
     await listening.unlisten().catch(() => {})
     await client.end({ timeout: 5 })

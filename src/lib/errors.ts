@@ -56,10 +56,14 @@ export const notFound = (detail = 'No such resource.') => new ApiError(404, 'not
 export const validationFailed = (errors: FieldError[]) =>
   new ApiError(422, 'validation_failed', 'The request body or parameters are invalid; see errors.', { errors })
 
-/** The database is down or restarting (src/lib/db/errors.ts): retry shortly. */
+/**
+ * The database is down or restarting (src/lib/db/errors.ts): retry shortly. Almost always
+ * nothing was stored; only a connection lost during the commit itself leaves it unknown, so the
+ * detail does not promise it (docs/api.md says to retry with the same Idempotency-Key).
+ */
 export const DATABASE_RETRY_AFTER_SECONDS = 5
 export const databaseUnavailable = () =>
-  new ApiError(503, 'database_unavailable', 'The service cannot reach its database right now; nothing was changed. Retry shortly.', {
+  new ApiError(503, 'database_unavailable', 'The service cannot reach its database right now. Retry after the delay in Retry-After.', {
     headers: { 'retry-after': String(DATABASE_RETRY_AFTER_SECONDS) },
   })
 

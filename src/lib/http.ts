@@ -184,6 +184,10 @@ function toApiError(code: string | number, error: unknown, request: Request): Ap
  * `parse: 'json'`, never reached, so that the OpenAPI document names the media type).
  */
 export function httpFoundation(logger: Logger) {
+  // While the database is away every request that needs it fails: one warning per 5 s says so
+  // (each request's own log line has its 503), not one per request.
+  let unavailableSince = -Infinity
+  let unavailableUnlogged = 0
   return new Elysia()
     .error({ ApiError })
     .onTransform({ as: 'global' }, ({ request, body }) => {
@@ -197,11 +201,19 @@ export function httpFoundation(logger: Logger) {
       // The request id is made here only for failures; requestHandler adds one to every other response.
       const requestId = newId('req')
       set.headers['x-request-id'] = requestId
-      let apiError = toApiError(code, error, request)
+      // The database first: a lookup that failed in the parse phase (the auth macro) comes wrapped as a PARSE error.
+      let apiError = error instanceof ApiError ? error : null
       if (!apiError && isDatabaseUnavailable(error)) {
-        logger.warn('the database is unavailable', { request_id: requestId, path: redactedPath(request.url), ...describeError(error) })
+        if (performance.now() - unavailableSince >= 5_000) {
+          logger.warn('the database is unavailable', { request_id: requestId, path: redactedPath(request.url), others_since_last_warning: unavailableUnlogged, ...describeError(error) })
+          unavailableSince = performance.now()
+          unavailableUnlogged = 0
+        } else {
+          unavailableUnlogged++
+        }
         apiError = databaseUnavailable()
       }
+      apiError ??= toApiError(code, error, request)
       if (!apiError) {
         logger.error('unhandled error', {
           request_id: requestId,

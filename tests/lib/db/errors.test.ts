@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import { isDatabaseUnavailable, isUniqueViolation } from '../../../src/lib/db/errors.ts'
+import { DatabaseUnavailableError, isDatabaseUnavailable, isUniqueViolation } from '../../../src/lib/db/errors.ts'
 
 const driverError = (code: string) => Object.assign(new Error('driver'), { code })
 // Drizzle wraps the driver's error: the code sits on the cause.
@@ -15,5 +15,14 @@ describe('isDatabaseUnavailable', () => {
     expect(isDatabaseUnavailable(new Error('plain'))).toBe(false)
     expect(isDatabaseUnavailable(undefined)).toBe(false)
     expect(isUniqueViolation(wrapped(driverError('23505')))).toBe(true)
+  })
+
+  test("a query refused while the database is away is, and so is a failure wrapped in Elysia's ParseError (code 'PARSE', itself five capitals)", () => {
+    expect(isDatabaseUnavailable(wrapped(new DatabaseUnavailableError()))).toBe(true)
+    const parseError = (cause: Error) => Object.assign(new Error('Bad Request', { cause }), { code: 'PARSE' })
+    expect(isDatabaseUnavailable(parseError(wrapped(driverError('57P01'))))).toBe(true)
+    expect(isDatabaseUnavailable(parseError(wrapped(driverError('ECONNREFUSED'))))).toBe(true)
+    expect(isDatabaseUnavailable(parseError(wrapped(driverError('42P01'))))).toBe(false)
+    expect(isUniqueViolation(parseError(wrapped(driverError('23505'))))).toBe(true)
   })
 })
