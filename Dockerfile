@@ -2,6 +2,8 @@
 FROM oven/bun:1.4 AS dependencies
 WORKDIR /app
 COPY package.json bun.lock ./
+# patches/: fixes to postgres-js that bun install applies (docs/architecture.md, "When PostgreSQL goes away").
+COPY patches ./patches
 RUN bun install --frozen-lockfile --production
 
 FROM oven/bun:1.4

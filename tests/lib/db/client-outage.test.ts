@@ -1,0 +1,100 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { sql } from 'drizzle-orm'
+import postgres from 'postgres'
+import { isDatabaseReachable, postgresClient, preparedDrizzle, queryRows, type Database } from '../../../src/lib/db/client.ts'
+import { isDatabaseUnavailable } from '../../../src/lib/db/errors.ts'
+import { testDatabaseChoice } from '../../support/database.ts'
+import { privatePostgresUnavailable, startPrivatePostgres, type PrivatePostgres } from '../../support/private-postgres.ts'
+
+// Our postgres-js pools (src/lib/db/client.ts, with patches/postgres@3.4.9.patch) on a PostgreSQL
+// of the test's own, which is stopped, started and has sessions killed. Only in the PostgreSQL
+// pass: the PGlite pass has no database server to lose.
+const unavailable = testDatabaseChoice() === 'pglite' ? 'the PGlite pass has no database server to stop' : privatePostgresUnavailable()
+
+const selectOne = (db: Database) => queryRows(db, sql`select 1`)
+
+/** Milliseconds until `attempt` first succeeds, retried every 10 ms; fails after `withinMs`. */
+async function msUntil(attempt: () => Promise<unknown>, withinMs: number): Promise<number> {
+  const started = performance.now()
+  for (;;) {
+    if (await attempt().then(() => true, () => false)) return performance.now() - started
+    if (performance.now() - started > withinMs) throw new Error(`still failing after ${withinMs} ms`)
+    await Bun.sleep(10)
+  }
+}
+
+describe.skipIf(unavailable !== null)(`the PostgreSQL pool through a database outage${unavailable ? ` (skipped: ${unavailable})` : ''}`, () => {
+  let database: PrivatePostgres
+  beforeAll(async () => {
+    database = await startPrivatePostgres()
+  })
+  afterAll(() => database?.remove())
+
+  test('while the database is down, queries fail at once instead of queueing for it, readiness says so, and the pool comes back by itself', async () => {
+    const availability: boolean[] = []
+    const client = postgresClient(database.url, { max: 4, onAvailability: (available) => availability.push(available) })
+    const db = preparedDrizzle(client)
+    try {
+      await selectOne(db)
+      await database.stop()
+      // A burst on a pool that does not know yet. postgres-js used to fail one waiting query per
+      // connection attempt, attempts spaced by its backoff: 200 queries on 4 connections took minutes.
+      const burst = performance.now()
+      const outcomes = await Promise.all(Array.from({ length: 200 }, () => selectOne(db).then(() => 'answered', (error) => (isDatabaseUnavailable(error) ? 'unavailable' : String(error)))))
+      expect([...new Set(outcomes)]).toEqual(['unavailable'])
+      expect(performance.now() - burst).toBeLessThan(3_000)
+      // Now the pool knows: refused without waiting for a connection, readiness included.
+      const refused = performance.now()
+      expect(await selectOne(db).then(() => null, (error) => isDatabaseUnavailable(error))).toBe(true)
+      expect(await isDatabaseReachable(db)).toBe(false)
+      expect(performance.now() - refused).toBeLessThan(100)
+      expect(availability).toEqual([false])
+
+      await database.start()
+      expect(await msUntil(() => selectOne(db), 5_000)).toBeLessThan(2_500)
+      expect(await isDatabaseReachable(db)).toBe(true)
+      expect(availability).toEqual([false, true])
+    } finally {
+      await client.end({ timeout: 1 })
+      // Running again for the next test, whatever failed here (already running: pg_ctl refuses, harmlessly).
+      await database.start().catch(() => {})
+    }
+  })
+
+  test('a transaction whose session is killed mid-statement fails as unavailable, commits nothing, throws nothing uncaught, and its connection serves the next query at once', async () => {
+    // One connection, so the next query is on the very connection whose session died.
+    const client = postgresClient(database.url, { max: 1 })
+    const killer = postgres(database.url, { max: 1, onnotice: () => {} })
+    const db = preparedDrizzle(client)
+    // Unpatched, postgres-js wrote the transaction's ROLLBACK to the closed socket from a
+    // setImmediate: an uncaught TypeError that ends the process (or the delivery worker thread),
+    // and the connection never connected again (every attempt ended in CONNECT_TIMEOUT).
+    const uncaught: unknown[] = []
+    const onUncaught = (error: unknown) => uncaught.push(error)
+    process.on('uncaughtException', onUncaught)
+    try {
+      await db.execute(sql`create table killed_transaction (round int)`)
+      for (let round = 0; round < 3; round++) {
+        let pid: number | undefined
+        const transaction = db.transaction(async (tx) => {
+          await tx.execute(sql`insert into killed_transaction values (${round})`)
+          pid = (await queryRows<{ pid: number }>(tx as unknown as Database, sql`select pg_backend_pid() as pid`))[0]!.pid
+          await tx.execute(sql`select pg_sleep(5)`)
+          await tx.execute(sql`insert into killed_transaction values (${round})`)
+        })
+        while (pid === undefined) await Bun.sleep(5)
+        await killer`select pg_terminate_backend(${pid})`
+        expect(await transaction.then(() => 'committed', (error) => (isDatabaseUnavailable(error) ? 'unavailable' : String(error)))).toBe('unavailable')
+        // The pool may refuse for the moment its probe takes to see the database answer.
+        expect(await msUntil(() => selectOne(db), 3_000)).toBeLessThan(1_000)
+        expect(await queryRows(db, sql`select count(*)::int as n from killed_transaction`)).toEqual([{ n: 0 }])
+      }
+      await Bun.sleep(50)
+      expect(uncaught).toEqual([])
+    } finally {
+      process.off('uncaughtException', onUncaught)
+      await killer.end({ timeout: 1 })
+      await client.end({ timeout: 1 })
+    }
+  })
+})
