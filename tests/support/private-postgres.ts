@@ -10,11 +10,16 @@ import { freePort } from './process.ts'
  */
 export interface PrivatePostgres {
   url: string
-  /** Stops the server (fast shutdown: connections are terminated, like a restart does). */
-  stop(): void
-  start(): void
+  /**
+   * Stops the server (fast shutdown: sessions are terminated, as in a restart), starts it, or
+   * both (`pg_ctl restart -m fast`). Asynchronous, so that the test's own requests and probes
+   * go on while pg_ctl waits.
+   */
+  stop(): Promise<void>
+  start(): Promise<void>
+  restart(): Promise<void>
   /** Stops the server and removes the cluster. */
-  remove(): void
+  remove(): Promise<void>
 }
 
 const BIN_DIRS = ['/usr/lib/postgresql/17/bin', '/usr/lib/postgresql/16/bin', '/usr/lib/postgresql/15/bin']
@@ -26,7 +31,7 @@ export function privatePostgresUnavailable(): string | null {
   return null
 }
 
-export function startPrivatePostgres(): PrivatePostgres {
+export function startPrivatePostgres(): Promise<PrivatePostgres> {
   const bin = BIN_DIRS.find((dir) => existsSync(join(dir, 'initdb')))!
   const asRoot = userInfo().uid === 0
   const dir = mkdtempSync(join(tmpdir(), 'private-pg-'))
@@ -35,29 +40,40 @@ export function startPrivatePostgres(): PrivatePostgres {
     const gid = Number(Bun.spawnSync(['id', '-g', 'postgres']).stdout.toString())
     chownSync(dir, uid, gid)
   }
-  const run = (args: string[]) => {
-    const command = asRoot ? ['runuser', '-u', 'postgres', '--', ...args] : args
-    const result = Bun.spawnSync(command, { stdout: 'pipe', stderr: 'pipe' })
-    if (result.exitCode !== 0) throw new Error(`${args.join(' ')} failed: ${result.stderr.toString()}${result.stdout.toString()}`)
+  const command = (args: string[]) => (asRoot ? ['runuser', '-u', 'postgres', '--', ...args] : args)
+  const run = async (args: string[]) => {
+    // The server's output goes to its log file (-l), so pg_ctl's pipes close when pg_ctl exits.
+    const child = Bun.spawn(command(args), { stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
+    const [stdout, stderr, exitCode] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited])
+    if (exitCode !== 0) throw new Error(`${args.join(' ')} failed: ${stderr}${stdout}`)
   }
   const data = join(dir, 'data')
   const port = freePort()
-  run([join(bin, 'initdb'), '-D', data, '-U', 'postgres', '--auth=trust', '--no-sync'])
-  const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off`
-  const start = () => run([join(bin, 'pg_ctl'), '-D', data, '-o', options, '-l', join(dir, 'log'), '-w', 'start'])
-  const stop = () => run([join(bin, 'pg_ctl'), '-D', data, '-m', 'fast', '-w', 'stop'])
-  start()
-  return {
-    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
-    stop,
-    start,
-    remove() {
-      try {
-        stop()
-      } catch {
-        // Already stopped.
-      }
-      rmSync(dir, { recursive: true, force: true })
-    },
+  const initdb = Bun.spawnSync(command([join(bin, 'initdb'), '-D', data, '-U', 'postgres', '--auth=trust', '--no-sync']), { stdout: 'pipe', stderr: 'pipe' })
+  const removeDir = () => rmSync(dir, { recursive: true, force: true })
+  if (initdb.exitCode !== 0) {
+    removeDir()
+    throw new Error(`initdb failed: ${initdb.stderr.toString()}`)
   }
+  const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off`
+  const pgCtl = (action: string[]) => run([join(bin, 'pg_ctl'), '-D', data, ...action])
+  const start = () => pgCtl(['-o', options, '-l', join(dir, 'log'), '-w', 'start'])
+  const stop = () => pgCtl(['-m', 'fast', '-w', 'stop'])
+  const restart = () => pgCtl(['-o', options, '-l', join(dir, 'log'), '-m', 'fast', '-w', 'restart'])
+  return start().then(
+    () => ({
+      url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+      stop,
+      start,
+      restart,
+      async remove() {
+        await stop().catch(() => {})
+        removeDir()
+      },
+    }),
+    (error) => {
+      removeDir()
+      throw error
+    },
+  )
 }
