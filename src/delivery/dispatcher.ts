@@ -31,6 +31,8 @@ export interface DispatcherOptions {
   /** The safety net: claim this often even when nothing woke the dispatcher (retries fall due this way). */
   pollMs: number
   onError(message: string, error: unknown): void
+  /** Each attempt as it ends, before it is recorded (the attempt's log line). */
+  onAttempt?(delivery: ClaimedDelivery, attempt: RecordedAttempt): void
 }
 
 export interface Dispatcher {
@@ -110,7 +112,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const startedAt = performance.now()
     const result = await options.send(delivery)
     flow.answered(delivery.hookId, startedAt, result)
-    finished.push({ deliveryId: delivery.id, result, decision: decideAfterAttempt(result, delivery.attempts + 1, options.schedule) })
+    const attempt = { deliveryId: delivery.id, result, decision: decideAfterAttempt(result, delivery.attempts + 1, options.schedule) }
+    options.onAttempt?.(delivery, attempt)
+    finished.push(attempt)
     inFlight--
     flush()
   }

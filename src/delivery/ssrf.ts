@@ -76,7 +76,8 @@ const systemLookup: Lookup = async (hostname) => (await dnsLookup(hostname, { al
  * the addresses returned here.
  */
 export async function resolveTarget(url: URL, options: { allowPrivate: boolean; lookup?: Lookup }): Promise<ResolvedTarget> {
-  if (url.protocol !== 'https:') throw new TargetRefused('scheme', `only https targets are allowed, not ${url.protocol}`)
+  const plainHttp = url.protocol === 'http:' && options.allowPrivate
+  if (url.protocol !== 'https:' && !plainHttp) throw new TargetRefused('scheme', `only https targets are allowed, not ${url.protocol}`)
   if (url.username || url.password) throw new TargetRefused('userinfo', 'target URLs must not carry credentials')
   const hostname = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname
   const isAddressLiteral = ipaddr.isValid(hostname)
@@ -93,7 +94,12 @@ export async function resolveTarget(url: URL, options: { allowPrivate: boolean; 
   }
   if (!options.allowPrivate) {
     const forbidden = addresses.find(isForbiddenAddress)
-    if (forbidden !== undefined) throw new TargetRefused('forbidden_address', `${hostname} resolves to ${forbidden}, which is not a public address`)
+    if (forbidden !== undefined) throw new TargetRefused('forbidden_address', `${hostname} resolves to ${forbidden}, which is not a public address (WEBHOOK_ALLOW_PRIVATE_TARGETS=true allows it, for local development)`)
+  }
+  if (plainHttp) {
+    // Plain http is for a receiver on this machine or network: never across the internet, whatever the name resolves to now.
+    const open = addresses.find((address) => !isForbiddenAddress(address))
+    if (open !== undefined) throw new TargetRefused('scheme', `plain http is allowed only to loopback and private addresses; ${hostname} resolves to ${open}`)
   }
   return { hostname, isAddressLiteral, addresses }
 }

@@ -26,6 +26,8 @@ export interface WorkerSettings {
   pollMs: number
   /** A debug line per claim: which process took how many (read by the two-process test). */
   logClaims: boolean
+  /** An info line per attempt: subscription, event, delivery, status or error, duration. */
+  logAttempts: boolean
 }
 
 export type ToWorker =
@@ -39,6 +41,8 @@ export type FromWorker =
   | { type: 'call'; id: number; op: 'claim'; args: ClaimOptions }
   | { type: 'call'; id: number; op: 'record'; args: RecordedAttempt[] }
   | { type: 'log'; level: 'debug' | 'info' | 'warn' | 'error'; message: string; fields?: LogFields }
+  /** The attempts' log lines, several to a message: one postMessage per attempt would cost more than the line. */
+  | { type: 'attempts'; lines: LogFields[] }
   | { type: 'stopped' }
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -86,6 +90,7 @@ export function startDeliveryWorker(options: {
     leaseMs: leaseFor(config.webhookTimeoutMs),
     pollMs: POLL_MS,
     logClaims: logger.isEnabled('debug'),
+    logAttempts: logger.isEnabled('info'),
   }
   let stopping = false
   let stopped: (() => void) | null = null
@@ -107,6 +112,7 @@ export function startDeliveryWorker(options: {
       const message = event.data
       if (message.type === 'call') void answer(message)
       else if (message.type === 'log') logger[message.level](message.message, message.fields)
+      else if (message.type === 'attempts') for (const fields of message.lines) logger.info('delivery attempt', fields)
       else if (message.type === 'stopped') stopped?.()
     })
     worker.addEventListener('error', (event) => logger.error('the delivery worker failed', { error: event.message }))

@@ -11,6 +11,7 @@ const post = (message: FromWorker) => postMessage(message)
 const log = (level: 'debug' | 'info' | 'warn' | 'error', message: string, fields?: LogFields) => post({ type: 'log', level, message, fields })
 
 let dispatcher: Dispatcher | undefined
+let flushAttemptLogs = () => {}
 let closeDatabase: () => Promise<void> = async () => {}
 const pendingCalls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>()
 let nextCallId = 0
@@ -106,6 +107,15 @@ async function start(settings: WorkerSettings) {
       { timeoutMs: settings.timeoutMs, allowPrivate: settings.allowPrivate, ca: settings.ca },
     )
   }
+  // Attempt lines go to the main thread's logger in batches, at most 50 ms late.
+  let attemptLines: LogFields[] = []
+  let attemptTimer: ReturnType<typeof setTimeout> | undefined
+  const flushAttemptLines = () => {
+    attemptTimer = undefined
+    if (attemptLines.length > 0) post({ type: 'attempts', lines: attemptLines })
+    attemptLines = []
+  }
+  flushAttemptLogs = flushAttemptLines
   dispatcher = createDispatcher({
     store,
     send,
@@ -116,11 +126,28 @@ async function start(settings: WorkerSettings) {
     leaseMs: settings.leaseMs,
     pollMs: settings.pollMs,
     onError: (message, error) => log('error', message, { error: error instanceof Error ? error.message : String(error) }),
+    onAttempt: settings.logAttempts
+      ? (delivery, { result, decision }) => {
+          attemptLines.push({
+            hook_id: delivery.hookId,
+            event_id: delivery.eventId,
+            delivery_id: delivery.id,
+            attempt: delivery.attempts + 1,
+            status: result.status,
+            ...(result.error ? { error: result.error } : {}),
+            duration_ms: result.durationMs,
+            outcome: decision.kind,
+          })
+          if (attemptLines.length >= 500) flushAttemptLines()
+          else attemptTimer ??= setTimeout(flushAttemptLines, 50)
+        }
+      : undefined,
   })
 }
 
 async function stop() {
   await dispatcher?.stop()
+  flushAttemptLogs()
   await closeDatabase()
   post({ type: 'stopped' })
 }

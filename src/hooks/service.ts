@@ -40,6 +40,8 @@ export function toHookResource(hook: Hook): HookResource {
 /**
  * docs/api.md#create-a-subscription: an absolute https URL, no credentials in it, not an address literal in a private
  * range. Names are resolved and checked again at every delivery, where rebinding is caught.
+ * With WEBHOOK_ALLOW_PRIVATE_TARGETS (local development), private targets are allowed, and so
+ * is plain http to a loopback or private address literal or `localhost`, never to a public one.
  */
 export function checkTargetUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHost' | 'allowPrivateTargets'>): string {
   const refuse = (message: string) => validationFailed([{ path: '/target_url', message }])
@@ -49,11 +51,18 @@ export function checkTargetUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHos
   } catch {
     throw refuse('must be an absolute URL')
   }
-  if (url.protocol !== 'https:') throw refuse('must use https')
+  const localHttp = url.protocol === 'http:' && deps.allowPrivateTargets && deps.isForbiddenHost(url.hostname)
+  if (url.protocol !== 'https:' && !localHttp) {
+    throw refuse(
+      url.protocol === 'http:' && deps.isForbiddenHost(url.hostname)
+        ? 'must use https (plain http to a local address needs WEBHOOK_ALLOW_PRIVATE_TARGETS=true, for local development)'
+        : 'must use https',
+    )
+  }
   if (url.username || url.password) throw refuse('must not carry credentials')
   if (url.hash) throw refuse('must not have a fragment')
   if (!deps.allowPrivateTargets && deps.isForbiddenHost(url.hostname)) {
-    throw refuse('must not point at a private, loopback or link-local address')
+    throw refuse('must not point at a private, loopback or link-local address (WEBHOOK_ALLOW_PRIVATE_TARGETS=true allows it, for local development)')
   }
   return url.href
 }

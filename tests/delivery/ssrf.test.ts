@@ -98,7 +98,15 @@ describe('resolveTarget', () => {
     })
   })
 
-  test('http is refused as a scheme, credentials as userinfo, even when private targets are allowed', async () => {
+  test('plain http: refused as a scheme, except to loopback and private addresses when private targets are allowed (local development)', async () => {
+    expect(await refusal(resolveTarget(new URL('http://127.0.0.1:8080/hook'), { allowPrivate: false }))).toBe('scheme')
+    expect((await resolveTarget(new URL('http://127.0.0.1:8080/hook'), { allowPrivate: true })).addresses).toEqual(['127.0.0.1'])
+    expect((await resolveTarget(new URL('http://receiver.internal/hook'), { allowPrivate: true, lookup: resolvingTo('10.1.2.3') })).addresses).toEqual(['10.1.2.3'])
+    // A name that resolves, even partly, to a public address gets no plain http, whatever the setting.
+    expect(await refusal(resolveTarget(new URL('http://receiver.example/hook'), { allowPrivate: true, lookup: resolvingTo('10.1.2.3', '93.184.216.34') }))).toBe('scheme')
+  })
+
+  test('http to a public address is refused as a scheme, credentials as userinfo, even when private targets are allowed', async () => {
     for (const allowPrivate of [false, true]) {
       expect(await refusal(resolveTarget(new URL('http://93.184.216.34/'), { allowPrivate }))).toBe('scheme')
       expect(await refusal(resolveTarget(new URL('https://user:pass@93.184.216.34/'), { allowPrivate }))).toBe('userinfo')

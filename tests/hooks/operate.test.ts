@@ -24,7 +24,9 @@ const inbound = async (owner: Owner, text: string) => {
   expect(response.status).toBe(201)
   return ((await response.json()) as { id: string }).id
 }
-const arrivedFor = (messageId: string) => receiver.received.filter((request) => (JSON.parse(request.body) as { data: { message: { id: string } } }).data.message.id === messageId)
+// Every message.inbound subscription of the account gets each event: `path` tells them apart.
+const arrivedFor = (messageId: string, path: string) =>
+  receiver.received.filter((request) => request.path === path && (JSON.parse(request.body) as { data: { message: { id: string } } }).data.message.id === messageId)
 const ownSecret = (bytes: number) => `whsec_${Buffer.from(crypto.getRandomValues(new Uint8Array(bytes))).toString('base64')}`
 
 describe('create with a secret of your own and a rate limit', () => {
@@ -35,8 +37,8 @@ describe('create with a secret of your own and a rate limit', () => {
     const hook = await created.json()
     expect(hook).toMatchObject({ secret, rate_limit_per_s: 50, status: 'active' })
     const messageId = await inbound(alice, 'signed with mine')
-    await receiver.waitFor(() => arrivedFor(messageId).length === 1)
-    const [request] = arrivedFor(messageId)
+    await receiver.waitFor(() => arrivedFor(messageId, '/own-secret').length === 1)
+    const [request] = arrivedFor(messageId, '/own-secret')
     expect(new Webhook(secret).verify(request!.body, request!.headers)).toBeTruthy()
     // Read back: the rate limit, never the secret.
     const read = await (await call(alice, 'GET', `/hooks/${hook.id}`)).json()
@@ -84,10 +86,10 @@ describe('PATCH a subscription', () => {
     expect(hook).toMatchObject({ id: created.id, target_url: `${receiver.origin}/after-move`, status: 'active' })
     expect(hook.secret).toBeUndefined()
     const messageId = await inbound(alice, 'moved')
-    await receiver.waitFor(() => arrivedFor(messageId).some((request) => request.path === '/after-move'))
-    const request = arrivedFor(messageId).find((item) => item.path === '/after-move')!
-    expect(new Webhook(created.secret).verify(request.body, request.headers)).toBeTruthy()
-    expect(arrivedFor(messageId).some((item) => item.path === '/before-move')).toBe(false)
+    await receiver.waitFor(() => arrivedFor(messageId, '/after-move').length === 1)
+    const [request] = arrivedFor(messageId, '/after-move')
+    expect(new Webhook(created.secret).verify(request!.body, request!.headers)).toBeTruthy()
+    expect(arrivedFor(messageId, '/before-move')).toHaveLength(0)
   })
 
   test('paused holds the deliveries, which are still recorded; active sends them', async () => {
@@ -98,10 +100,10 @@ describe('PATCH a subscription', () => {
     expect((await paused.json()).status).toBe('paused')
     const held = [await inbound(owner, 'held 1'), await inbound(owner, 'held 2')]
     await Bun.sleep(1_500)
-    expect(held.flatMap(arrivedFor)).toHaveLength(0)
+    expect(held.flatMap((id) => arrivedFor(id, '/paused'))).toHaveLength(0)
     const resumed = await call(owner, 'PATCH', `/hooks/${created.id}`, { status: 'active' })
     expect((await resumed.json()).status).toBe('active')
-    await receiver.waitFor(() => held.every((id) => arrivedFor(id).length >= 1))
+    await receiver.waitFor(() => held.every((id) => arrivedFor(id, '/paused').length >= 1))
   })
 
   test('rate_limit_per_s is set and cleared with null', async () => {
@@ -131,5 +133,50 @@ describe('PATCH a subscription', () => {
     const created = await (await call(alice, 'POST', '/hooks', { event: 'message.inbound', target_url: `${receiver.origin}/patch-scope` })).json()
     const response = await server.fetch(`/v0/account/${alice.accountId}/hooks/${created.id}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ status: 'paused' }) })
     expect(response.status).toBe(401)
+  })
+})
+
+describe('local development (WEBHOOK_ALLOW_PRIVATE_TARGETS=true)', () => {
+  test('plain http to a loopback receiver is accepted and delivered, signed; plain http to a public host is still refused', async () => {
+    const received: { body: string; headers: Record<string, string> }[] = []
+    const plain = Bun.serve({
+      port: 0,
+      hostname: '127.0.0.1',
+      async fetch(request) {
+        received.push({ body: await request.text(), headers: Object.fromEntries(request.headers) })
+        return new Response('ok')
+      },
+    })
+    try {
+      const created = await call(alice, 'POST', '/hooks', { event: 'message.inbound', target_url: `http://127.0.0.1:${plain.port}/hook` })
+      expect(created.status).toBe(201)
+      const hook = await created.json()
+      const messageId = await inbound(alice, 'over plain http')
+      for (let i = 0; i < 200 && !received.some((request) => request.body.includes(messageId)); i++) await Bun.sleep(25)
+      const request = received.find((item) => item.body.includes(messageId))!
+      expect(new Webhook(hook.secret).verify(request.body, request.headers)).toBeTruthy()
+
+      const publicHttp = await call(alice, 'POST', '/hooks', { event: 'message.inbound', target_url: 'http://hooks.example.com/plain' })
+      expect(publicHttp.status).toBe(422)
+      expect((await publicHttp.json()).errors).toEqual([{ path: '/target_url', message: 'must use https' }])
+    } finally {
+      plain.stop(true)
+    }
+  })
+})
+
+describe('the attempt log line', () => {
+  test('one info line per attempt: subscription, event, delivery, status, duration; never a secret', async () => {
+    const created = await (await call(alice, 'POST', '/hooks', { event: 'message.inbound', target_url: `${receiver.origin}/logged` })).json()
+    const messageId = await inbound(alice, 'logged')
+    await receiver.waitFor(() => arrivedFor(messageId, '/logged').length === 1)
+    const eventId = arrivedFor(messageId, '/logged')[0]!.headers['webhook-id']
+    let line: Record<string, unknown> | undefined
+    for (let i = 0; i < 100 && !line; i++) {
+      line = server.logs.find((entry) => entry.msg === 'delivery attempt' && entry.event_id === eventId && entry.hook_id === created.id)
+      if (!line) await Bun.sleep(20)
+    }
+    expect(line).toMatchObject({ level: 'info', hook_id: created.id, event_id: eventId, delivery_id: expect.stringMatching(/^dlv_/), attempt: 1, status: 200, duration_ms: expect.any(Number), outcome: 'delivered' })
+    expect(JSON.stringify(server.logs)).not.toContain(created.secret.slice(6))
   })
 })

@@ -86,7 +86,8 @@ describe('bad input', () => {
     ['unknown event', { event: 'message.read', target_url: 'https://hooks.example.com/x' }],
     ['missing event', { target_url: 'https://hooks.example.com/x' }],
     ['wrong type', { event: 'message.delivered', target_url: 42 }],
-    ['unknown field', { event: 'message.delivered', target_url: 'https://hooks.example.com/x', secret: 'mine' }],
+    ['a secret that is not whsec_', { event: 'message.delivered', target_url: 'https://hooks.example.com/x', secret: 'mine' }],
+    ['unknown field', { event: 'message.delivered', target_url: 'https://hooks.example.com/x', colour: 'blue' }],
   ]
   for (const [name, body] of refused) {
     test(`${name}: 422 naming the field`, async () => {
@@ -97,6 +98,18 @@ describe('bad input', () => {
       expect(problem.errors.length).toBeGreaterThan(0)
     })
   }
+})
+
+describe('private targets without WEBHOOK_ALLOW_PRIVATE_TARGETS', () => {
+  test('the refusal names the setting that lifts it, for https and plain http alike', async () => {
+    for (const target_url of ['https://127.0.0.1:8443/hook', 'http://127.0.0.1:8080/hook', 'http://localhost:8080/hook']) {
+      const response = await create({ event: 'message.delivered', target_url })
+      expect(response.status).toBe(422)
+      const [error] = (await response.json()).errors
+      expect(error.path).toBe('/target_url')
+      expect(error.message).toContain('WEBHOOK_ALLOW_PRIVATE_TARGETS=true')
+    }
+  })
 })
 
 describe('scopes', () => {
