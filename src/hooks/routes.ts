@@ -1,5 +1,6 @@
 import { Elysia, t } from 'elysia'
 import { PageQuery, pageOf } from '../lib/pagination.ts'
+import { EventTypeSchema, eventCatalog } from './event-catalog.ts'
 import { runIdempotently } from '../lib/idempotency.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
 import { AccountParams } from '../accounts/schemas.ts'
@@ -8,8 +9,14 @@ import { listDeliveryAttempts } from './deliveries.ts'
 import { createHook, deleteHook, enableHook, getHook, listHooks, rotateHookSecret, toHookResource, updateHook, type HookDeps } from './service.ts'
 
 export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
+  const catalog = { data: eventCatalog() }
   return new Elysia({ tags: ['Webhooks'] })
     .use(authPlugin(deps))
+    .get('/event-types', () => catalog, {
+      auth: { scope: null },
+      response: { 200: t.Object({ data: t.Array(EventTypeSchema) }) },
+      detail: { summary: 'The event types, each with its description, the JSON Schema of its body and an example' },
+    })
     .post(
       '/account/:account_id/hooks',
       async ({ caller, params, body, request, set }) => {

@@ -1,5 +1,7 @@
 import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { Webhook } from 'standardwebhooks'
+import { Value } from '@sinclair/typebox/value'
+import { EventSchema } from '../../src/messages/schemas.ts'
 import { startTestServer } from '../support/server.ts'
 import { startReceiver } from '../support/receiver.ts'
 
@@ -178,5 +180,33 @@ describe('the attempt log line', () => {
     }
     expect(line).toMatchObject({ level: 'info', hook_id: created.id, event_id: eventId, delivery_id: expect.stringMatching(/^dlv_/), attempt: 1, status: 200, duration_ms: expect.any(Number), outcome: 'delivered' })
     expect(JSON.stringify(server.logs)).not.toContain(created.secret.slice(6))
+  })
+})
+
+describe('GET /event-types', () => {
+  test('each type with its description, the JSON Schema of its body and an example built like a real event; a credential is needed', async () => {
+    const response = await server.fetch(`/v0/event-types?key=${alice.secret}`)
+    expect(response.status).toBe(200)
+    const { data } = (await response.json()) as { data: { type: string; description: string; schema: Record<string, any>; example: Record<string, any> }[] }
+    expect(data.map((item) => item.type)).toEqual(['message.delivered', 'message.failed', 'message.inbound'])
+    for (const item of data) {
+      expect(item.description.length).toBeGreaterThan(0)
+      expect(item.schema.$schema).toBe('https://json-schema.org/draft/2020-12/schema')
+      expect(item.schema.properties.type.const).toBe(item.type)
+      expect([...item.schema.required].sort()).toEqual(['account_id', 'data', 'id', 'timestamp', 'type'])
+      expect(JSON.stringify(item.schema)).not.toContain('$id')
+      expect(Value.Check(EventSchema, item.example)).toBe(true)
+      expect(item.example.type).toBe(item.type)
+      expect(Object.keys(item.example).sort()).toEqual(Object.keys(item.schema.properties).sort())
+    }
+    // The example has the shape of what a receiver gets.
+    const messageId = await inbound(alice, 'shape check')
+    await receiver.waitFor(() => arrivedFor(messageId, '/own-secret').length === 1)
+    const real = JSON.parse(arrivedFor(messageId, '/own-secret')[0]!.body)
+    const example = data.find((item) => item.type === 'message.inbound')!.example
+    expect(Object.keys(real).sort()).toEqual(Object.keys(example).sort())
+    expect(Object.keys(real.data.message).sort()).toEqual(Object.keys(example.data.message).sort())
+
+    expect((await server.fetch('/v0/event-types')).status).toBe(401)
   })
 })
