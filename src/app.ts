@@ -62,6 +62,9 @@ export function createApp(deps: AppDeps) {
     isForbiddenHost,
     allowPrivateTargets: deps.config.webhookAllowPrivateTargets,
     hooksPerAccount: deps.config.hooksPerAccount,
+    logger: deps.logger,
+    send: { timeoutMs: deps.config.webhookTimeoutMs, allowPrivate: deps.config.webhookAllowPrivateTargets, ca: deps.config.webhookCaPem },
+    deliveriesQueued: deps.messaging.deliveriesQueued,
   }
   return new Elysia({ normalize: false })
     .use(httpFoundation(deps.logger))

@@ -196,8 +196,9 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
 /**
  * Stores a batch of attempts in one statement: each attempt's log row, its delivery's next
  * state, and what the batch means for each subscription (a success resets its failure clock, a
- * 410 or five days of failures disable it, a 429 or 503 with Retry-After pauses it that long). A delivery deleted meanwhile (its subscription was
- * deleted) is skipped. One statement per batch rather than per attempt keeps the database off
+ * 410 or five days of failures disable it, a 429 or 503 with Retry-After pauses it that long);
+ * a subscription it disabled has its pending deliveries canceled by a second statement. A
+ * delivery deleted meanwhile (its subscription was deleted) is skipped. One statement per batch rather than per attempt keeps the database off
  * the critical path when hundreds of attempts finish each second.
  */
 export async function recordDeliveryAttempts(db: Database, attempts: readonly RecordedAttempt[]): Promise<void> {
@@ -215,19 +216,20 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
     throttle_ms: (result.status === 429 || result.status === 503) && result.retryAfterSeconds !== null ? Math.min(result.retryAfterSeconds * 1000, MAX_RETRY_AFTER_MS) : null,
   }))
   const failureReason = `Every delivery attempt failed for ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 86_400_000} days.`
-  await db.execute(sql`with input as (
+  const disabled = await queryRows<{ id: string }>(db, sql`with input as (
       select * from jsonb_to_recordset(${JSON.stringify(input)}::jsonb) as i(
         delivery_id text, attempt_id text, status_code int, duration_ms int, error text, response_snippet text,
         outcome text, delay_ms float8, disable_reason text, throttle_ms float8)
     ),
     moved as (
       update deliveries d set
-        status = case i.outcome when 'delivered' then 'delivered' when 'retry' then 'pending' else 'failed' end,
+        -- A retry for a subscription disabled meanwhile is canceled, as its other pending deliveries were.
+        status = case i.outcome when 'delivered' then 'delivered' when 'retry' then case when h.status = 'disabled' then 'canceled' else 'pending' end else 'failed' end,
         attempts = d.attempts + 1,
         leased_until = null,
         next_attempt_at = case when i.outcome = 'retry' then now() + make_interval(secs => i.delay_ms / 1000) else d.next_attempt_at end
-      from input i
-      where d.id = i.delivery_id
+      from input i, hooks h
+      where d.id = i.delivery_id and h.id = d.hook_id
       returning d.id, d.hook_id, d.event_id
     ),
     logged as (
@@ -239,10 +241,12 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
       select m.hook_id,
              bool_or(i.outcome = 'delivered') as succeeded,
              max(i.disable_reason) as disable_reason,
-             max(i.throttle_ms) as throttle_ms
-      from input i join moved m on m.id = i.delivery_id
+             max(i.throttle_ms) as throttle_ms,
+             min(before.status) as status_before
+      from input i join moved m on m.id = i.delivery_id join hooks before on before.id = m.hook_id
       group by m.hook_id
-    )
+    ),
+    changed as (
     update hooks h set
       throttled_until = case when p.throttle_ms is null then h.throttled_until
         else greatest(h.throttled_until, now() + make_interval(secs => p.throttle_ms / 1000)) end,
@@ -264,5 +268,21 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
         or (p.succeeded and h.failing_since is not null)
         or (not p.succeeded and h.failing_since is null)
         or (h.status = 'active' and (p.disable_reason is not null
-          or (not p.succeeded and h.failing_since < now() - make_interval(secs => ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 1000})))))`)
+          or (not p.succeeded and h.failing_since < now() - make_interval(secs => ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 1000})))))
+    returning h.id, h.status, p.status_before
+    )
+    select id from changed where status = 'disabled' and status_before <> 'disabled'`)
+  if (disabled.length > 0) await cancelPendingDeliveries(db, disabled.map((row) => row.id))
+}
+
+/**
+ * A subscription the service has just disabled (410 Gone, or five days of failures) is sent
+ * nothing more: its pending deliveries are canceled, not kept to pour out when it is
+ * re-enabled, which a receiver fixed days later rarely wants all at once. They stay in the log
+ * as `canceled`, and POST …/hooks/{hook_id}/recover sends them again when the owner wants them.
+ * Deliveries in flight are left to their attempt, whose retry is canceled when recorded.
+ */
+async function cancelPendingDeliveries(db: Database, hookIds: string[]): Promise<void> {
+  await db.execute(sql`update deliveries set status = 'canceled'
+    where hook_id in (${sql.join(hookIds.map((id) => sql`${id}`), sql`, `)}) and status = 'pending' and (leased_until is null or leased_until < now())`)
 }

@@ -1,33 +1,233 @@
-import { and, desc, eq, lt } from 'drizzle-orm'
+import { sql, type SQL } from 'drizzle-orm'
 import type { Static } from 'elysia'
-import type { Database } from '../lib/db/client.ts'
-import { deliveryAttempts } from '../lib/db/schema.ts'
+import { queryRows, type Database } from '../lib/db/client.ts'
+import { ApiError, notFound } from '../lib/errors.ts'
+import { isId, lowestIdAt, newId } from '../lib/ids.ts'
+import type { Logger } from '../lib/logger.ts'
 import { readPage, type Page } from '../lib/pagination.ts'
-import type { DeliveryAttemptSchema } from './schemas.ts'
+import type { SecretBox } from '../lib/secret-box.ts'
+import { sendWebhook, type SendOptions } from '../delivery/send.ts'
+import { exampleEvent } from './event-catalog.ts'
+import type { EventType } from './event-types.ts'
+import type { DeliveryAttemptSchema, DeliveryDetailSchema, DeliverySchema, TestResultSchema } from './schemas.ts'
+import { getHook, type Hook } from './service.ts'
 
-export type DeliveryAttemptResource = Static<typeof DeliveryAttemptSchema>
+export type DeliveryResource = Static<typeof DeliverySchema>
+export type DeliveryDetail = Static<typeof DeliveryDetailSchema>
+export type DeliveryState = DeliveryResource['state']
+type AttemptResource = Static<typeof DeliveryAttemptSchema>
 
-/** A subscription's attempt log, newest first (the caller has checked the subscription is the account's). */
-export async function listDeliveryAttempts(db: Database, hookId: string, page: { limit?: number; cursor?: string }): Promise<Page<DeliveryAttemptResource>> {
+/** What sending a test event and queueing deliveries again need besides the database. */
+export interface DeliveryOperationDeps {
+  db: Database
+  secretBox: SecretBox
+  logger: Logger
+  /** The worker's own send settings (WEBHOOK_TIMEOUT_MS, WEBHOOK_ALLOW_PRIVATE_TARGETS, WEBHOOK_CA_FILE): a test goes out as a delivery would. */
+  send: Pick<SendOptions, 'timeoutMs' | 'allowPrivate' | 'ca'>
+  /** Deliveries were put back in the queue: the worker should look now. */
+  deliveriesQueued(): void
+}
+
+// The table says `delivered` (as the worker's decisions do); the API says `succeeded`, as SPEC §7 does.
+const STATE_OF_STATUS: Record<string, DeliveryState> = { pending: 'pending', delivered: 'succeeded', failed: 'failed', canceled: 'canceled' }
+const STATUS_OF_STATE: Record<DeliveryState, string> = { pending: 'pending', succeeded: 'delivered', failed: 'failed', canceled: 'canceled' }
+
+interface DeliveryRow {
+  id: string
+  hook_id: string
+  event_id: string
+  event_type: string
+  test: boolean
+  status: string
+  attempts: number
+  next_attempt_at: Date | string
+  created_at: Date | string
+  last_status_code: number | null
+  last_duration_ms: number | null
+  last_error: string | null
+  last_at: Date | string | null
+}
+
+const iso = (value: Date | string) => new Date(value).toISOString()
+
+function toDeliveryResource(row: DeliveryRow): DeliveryResource {
+  const state = STATE_OF_STATUS[row.status]!
+  return {
+    id: row.id,
+    hook_id: row.hook_id,
+    event_id: row.event_id,
+    event_type: row.event_type as EventType,
+    state,
+    test: row.test,
+    attempts: Number(row.attempts),
+    next_attempt_at: state === 'pending' ? iso(row.next_attempt_at) : null,
+    last_attempt:
+      row.last_at === null
+        ? null
+        : { status_code: row.last_status_code, duration_ms: Number(row.last_duration_ms), error: row.last_error, at: iso(row.last_at) },
+    created_at: iso(row.created_at),
+  }
+}
+
+/** Deliveries with their event's type and their latest attempt, filtered by `where` (over `d`, the delivery, and `h`, its subscription). */
+const selectDeliveries = (where: SQL, tail: SQL = sql``) => sql`
+  select d.id, d.hook_id, d.event_id, e.type as event_type, e.test, d.status, d.attempts, d.next_attempt_at, d.created_at,
+         a.status_code as last_status_code, a.duration_ms as last_duration_ms, a.error as last_error, a.attempted_at as last_at
+  from deliveries d
+  join hooks h on h.id = d.hook_id
+  join events e on e.id = d.event_id
+  left join lateral (
+    select status_code, duration_ms, error, attempted_at from delivery_attempts
+    where delivery_id = d.id order by id desc limit 1
+  ) a on true
+  where ${where}
+  ${tail}`
+
+/** A subscription's deliveries, one per event, newest first (the caller has checked the subscription is the account's). */
+export async function listDeliveries(db: Database, hookId: string, query: { limit?: number; cursor?: string; state?: DeliveryState }): Promise<Page<DeliveryResource>> {
   return readPage(
-    page,
-    'att',
-    (before, take) =>
-      db
-        .select()
-        .from(deliveryAttempts)
-        .where(and(eq(deliveryAttempts.hookId, hookId), before ? lt(deliveryAttempts.id, before) : undefined))
-        .orderBy(desc(deliveryAttempts.id))
-        .limit(take),
-    (row) => ({
-      id: row.id,
-      delivery_id: row.deliveryId,
-      event_id: row.eventId,
-      attempted_at: row.attemptedAt.toISOString(),
-      status_code: row.statusCode,
-      duration_ms: row.durationMs,
-      error: row.error,
-      response_snippet: row.responseSnippet,
-    }),
+    query,
+    'dlv',
+    (before, take) => {
+      const conditions = [sql`d.hook_id = ${hookId}`]
+      if (before) conditions.push(sql`d.id < ${before}`)
+      if (query.state) conditions.push(sql`d.status = ${STATUS_OF_STATE[query.state]}`)
+      return queryRows<DeliveryRow>(db, selectDeliveries(sql.join(conditions, sql` and `), sql`order by d.id desc limit ${take}`))
+    },
+    toDeliveryResource,
   )
+}
+
+/** The one answer for a delivery that is not the caller's: another account's ids are not confirmed to exist. */
+const noSuchDelivery = (deliveryId: string) => notFound(`No delivery ${deliveryId} on this account.`)
+
+/** One delivery of the account's (of `hookId` when given), or 404. */
+async function findDelivery(db: Database, accountId: string, deliveryId: string, hookId?: string): Promise<DeliveryRow & { hook_status: string }> {
+  if (!isId('dlv', deliveryId) || (hookId !== undefined && !isId('hook', hookId))) throw noSuchDelivery(deliveryId)
+  const conditions = [sql`d.id = ${deliveryId}`, sql`h.account_id = ${accountId}`]
+  if (hookId !== undefined) conditions.push(sql`h.id = ${hookId}`)
+  const [row] = await queryRows<DeliveryRow & { hook_status: string }>(
+    db,
+    sql`select s.*, h.status as hook_status from (${selectDeliveries(sql.join(conditions, sql` and `))}) s join hooks h on h.id = s.hook_id`,
+  )
+  if (!row) throw noSuchDelivery(deliveryId)
+  return row
+}
+
+/** A delivery with every attempt, oldest first, each with the first 4 KB of the receiver's answer. */
+export async function getDelivery(db: Database, accountId: string, deliveryId: string, hookId?: string): Promise<DeliveryDetail> {
+  const row = await findDelivery(db, accountId, deliveryId, hookId)
+  const attempts = await queryRows<{ id: string; attempted_at: Date | string; status_code: number | null; duration_ms: number; error: string | null; response_snippet: string }>(
+    db,
+    sql`select id, attempted_at, status_code, duration_ms, error, response_snippet from delivery_attempts where delivery_id = ${row.id} order by id`,
+  )
+  const attemptLog: AttemptResource[] = attempts.map((attempt) => ({
+    id: attempt.id,
+    at: iso(attempt.attempted_at),
+    status_code: attempt.status_code,
+    duration_ms: Number(attempt.duration_ms),
+    error: attempt.error,
+    response_snippet: attempt.response_snippet,
+  }))
+  return { ...toDeliveryResource(row), attempt_log: attemptLog }
+}
+
+/** Retry and recover send through the worker, which sends for active subscriptions only: say so rather than queue silently. */
+function requireActive(hookId: string, status: string): void {
+  if (status === 'active') return
+  throw new ApiError(
+    409,
+    'subscription_not_active',
+    status === 'paused'
+      ? `Subscription ${hookId} is paused: resume it (PATCH with {"status":"active"}) and try again.`
+      : `Subscription ${hookId} is disabled: re-enable it (PATCH with {"status":"active"}) and try again.`,
+  )
+}
+
+/**
+ * Puts a delivery back in the queue, due now, whatever its state: a succeeded one is sent again
+ * (the receiver sees the same webhook-id: its deduplication holds). It keeps its attempt count,
+ * so if this attempt fails it follows the retry schedule from there (a delivery that had used the
+ * whole schedule is failed again at once). A delivery being sent at this moment is not sent a
+ * second time alongside: the attempt in flight decides what happens next.
+ */
+export async function retryDelivery(deps: Pick<DeliveryOperationDeps, 'db' | 'deliveriesQueued'>, accountId: string, deliveryId: string, hookId?: string): Promise<DeliveryResource> {
+  const found = await findDelivery(deps.db, accountId, deliveryId, hookId)
+  requireActive(found.hook_id, found.hook_status)
+  await deps.db.execute(sql`update deliveries set status = 'pending', next_attempt_at = now() where id = ${found.id}`)
+  deps.deliveriesQueued()
+  return toDeliveryResource({ ...found, status: 'pending', next_attempt_at: new Date() })
+}
+
+// Delivery ids begin with their event's time (src/delivery/outbox.ts): a bound on the id lets the
+// index skip older deliveries. A minute of slack covers the event being made before its deliveries.
+const ID_SLACK_MS = 60_000
+
+/**
+ * Puts every failed or canceled delivery of a subscription created at or after `since` back in
+ * the queue, due now (after an outage of the receiver, or after its subscription was disabled
+ * and re-enabled). Test deliveries are left alone. Returns how many were queued.
+ */
+export async function recoverDeliveries(deps: Pick<DeliveryOperationDeps, 'db' | 'deliveriesQueued'>, accountId: string, hookId: string, since: Date): Promise<number> {
+  const hook = await getHook(deps.db, accountId, hookId)
+  requireActive(hook.id, hook.status)
+  const lowestId = lowestIdAt('dlv', Math.max(0, since.getTime() - ID_SLACK_MS))
+  const requeued = await queryRows<{ id: string }>(
+    deps.db,
+    sql`update deliveries d set status = 'pending', next_attempt_at = now()
+        from events e
+        where d.hook_id = ${hook.id} and d.id >= ${lowestId} and d.created_at >= ${since.toISOString()}
+          and d.status in ('failed', 'canceled') and e.id = d.event_id and not e.test
+        returning d.id`,
+  )
+  if (requeued.length > 0) deps.deliveriesQueued()
+  return requeued.length
+}
+
+/**
+ * Sends one example event of the subscription's type now, signed with its secret (both, during
+ * a rotation), through the same SSRF guard and timeout as every delivery, whatever the
+ * subscription's status (testing a fix before resuming is the point). The attempt is stored as
+ * a delivery marked `test` and logged; it never changes the subscription (no failure clock, no
+ * disabling on 410) and is not retried.
+ */
+export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: string, hookId: string): Promise<Static<typeof TestResultSchema>> {
+  const hook = await getHook(deps.db, accountId, hookId)
+  const secrets = await signingSecrets(deps.secretBox, hook)
+  const event = exampleEvent(accountId, hook.event as EventType)
+  const result = await sendWebhook({ url: hook.targetUrl, id: event.id, body: event.payload, secrets }, deps.send)
+  const deliveryId = newId('dlv')
+  await deps.db.execute(sql`with
+      test_event as (
+        insert into events (id, account_id, type, payload, test) values (${event.id}, ${accountId}, ${event.type}, ${event.payload}, true)
+        returning id
+      ),
+      test_delivery as (
+        insert into deliveries (id, event_id, hook_id, status, attempts)
+        select ${deliveryId}, id, ${hook.id}, ${result.ok ? 'delivered' : 'failed'}, 1 from test_event
+        returning id, event_id, hook_id
+      )
+    insert into delivery_attempts (id, delivery_id, hook_id, event_id, status_code, duration_ms, error, response_snippet)
+    select ${newId('att')}, id, hook_id, event_id, ${result.status}::int, ${Math.round(result.durationMs)}::int, ${result.error}::text, ${result.responseSnippet}::text from test_delivery`)
+  deps.logger.info('delivery attempt', {
+    hook_id: hook.id,
+    event_id: event.id,
+    delivery_id: deliveryId,
+    attempt: 1,
+    status: result.status,
+    ...(result.error ? { error: result.error } : {}),
+    duration_ms: Math.round(result.durationMs),
+    outcome: result.ok ? 'delivered' : 'failed',
+    test: true,
+  })
+  return { delivery_id: deliveryId, status_code: result.status, duration_ms: Math.round(result.durationMs), error: result.error }
+}
+
+/** The secrets an attempt is signed with: the current one, and the one a rotation replaced while it is honoured. */
+async function signingSecrets(box: SecretBox, hook: Hook): Promise<string[]> {
+  const secrets = [await box.open(hook.secretCiphertext)]
+  if (hook.previousSecretCiphertext && hook.previousSecretExpiresAt && hook.previousSecretExpiresAt.getTime() > Date.now()) {
+    secrets.push(await box.open(hook.previousSecretCiphertext))
+  }
+  return secrets
 }

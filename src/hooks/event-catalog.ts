@@ -1,5 +1,5 @@
 import { t, type Static } from 'elysia'
-import { buildEvent, type EventPayload } from '../delivery/outbox.ts'
+import { buildEvent, type EventPayload, type PendingEvent } from '../delivery/outbox.ts'
 import { EventSchema, type MessageSchema } from '../messages/schemas.ts'
 import { EVENT_DESCRIPTIONS, EVENT_TYPES, type EventType } from './event-types.ts'
 
@@ -50,4 +50,9 @@ export function eventCatalog(): Static<typeof EventTypeSchema>[] {
     const schema = plainJsonSchema(t.Object({ ...EventSchema.properties, type: t.Literal(type) }, { title: type }))
     return { type, description: EVENT_DESCRIPTIONS[type], schema: { $schema: 'https://json-schema.org/draft/2020-12/schema', ...schema }, example }
   })
+}
+
+/** The event POST …/hooks/{hook_id}/test sends: the catalogue's example message, for the caller's account, with a new id and time. */
+export function exampleEvent(accountId: string, type: EventType): PendingEvent {
+  return buildEvent({ accountId, type, message: { ...EXAMPLE_MESSAGES[type], account_id: accountId } }).pending
 }

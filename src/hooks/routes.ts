@@ -4,11 +4,26 @@ import { EventTypeSchema, eventCatalog } from './event-catalog.ts'
 import { runIdempotently } from '../lib/idempotency.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
 import { AccountParams } from '../accounts/schemas.ts'
-import { CreateHookBody, CreatedHookSchema, DeliveryAttemptSchema, HookParams, HookSchema, RotatedHookSchema, UpdateHookBody } from './schemas.ts'
-import { listDeliveryAttempts } from './deliveries.ts'
+import {
+  CreateHookBody,
+  CreatedHookSchema,
+  DeliveryDetailSchema,
+  DeliveryListQuery,
+  DeliveryParams,
+  DeliverySchema,
+  HookDeliveryParams,
+  HookParams,
+  HookSchema,
+  RecoverBody,
+  RecoveredSchema,
+  RotatedHookSchema,
+  TestResultSchema,
+  UpdateHookBody,
+} from './schemas.ts'
+import { getDelivery, listDeliveries, recoverDeliveries, retryDelivery, sendTestEvent, type DeliveryOperationDeps } from './deliveries.ts'
 import { createHook, deleteHook, enableHook, getHook, listHooks, rotateHookSecret, toHookResource, updateHook, type HookDeps } from './service.ts'
 
-export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
+export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDeps) {
   const catalog = { data: eventCatalog() }
   return new Elysia({ tags: ['Webhooks'] })
     .use(authPlugin(deps))
@@ -79,18 +94,88 @@ export function hookRoutes(deps: HookDeps & AuthPluginDeps) {
       '/account/:account_id/hooks/:hook_id/deliveries',
       async ({ caller, params, query }) => {
         const hook = await getHook(deps.db, ownAccount(caller, params.account_id), params.hook_id)
-        return listDeliveryAttempts(deps.db, hook.id, query)
+        return listDeliveries(deps.db, hook.id, query)
       },
       {
         auth: { scope: 'hooks:read' },
         params: HookParams,
-        query: PageQuery,
-        response: { 200: pageOf(DeliveryAttemptSchema) },
-        detail: { summary: "The subscription's delivery attempts, newest first" },
+        query: DeliveryListQuery,
+        response: { 200: pageOf(DeliverySchema) },
+        detail: { summary: "The subscription's deliveries, one per event, newest first, each with its state and last attempt (filter by state)" },
       },
     )
-    // The two POSTs below take no body. Like DELETE, they ignore a JSON one and refuse only what
-    // every route refuses (malformed JSON 400, another content type 415): see docs/webhooks.md.
+    .get(
+      '/account/:account_id/hooks/:hook_id/deliveries/:delivery_id',
+      ({ caller, params }) => getDelivery(deps.db, ownAccount(caller, params.account_id), params.delivery_id, params.hook_id),
+      {
+        auth: { scope: 'hooks:read' },
+        params: HookDeliveryParams,
+        response: { 200: DeliveryDetailSchema },
+        detail: { summary: 'One delivery with every attempt (status, duration, error, the first 4 KB of the answer)' },
+      },
+    )
+    .get(
+      '/account/:account_id/deliveries/:delivery_id',
+      ({ caller, params }) => getDelivery(deps.db, ownAccount(caller, params.account_id), params.delivery_id),
+      {
+        auth: { scope: 'hooks:read' },
+        params: DeliveryParams,
+        response: { 200: DeliveryDetailSchema },
+        detail: { summary: 'One delivery by its id alone (as a test answers it), with every attempt' },
+      },
+    )
+    // The POSTs below take no body, except recover. Like DELETE, they ignore a JSON one and refuse
+    // only what every route refuses (malformed JSON 400, another content type 415): see docs/webhooks.md.
+    .post(
+      '/account/:account_id/hooks/:hook_id/deliveries/:delivery_id/retry',
+      async ({ caller, params, set }) => {
+        set.status = 202
+        return retryDelivery(deps, ownAccount(caller, params.account_id), params.delivery_id, params.hook_id)
+      },
+      {
+        auth: { scope: 'hooks:write' },
+        params: HookDeliveryParams,
+        response: { 202: DeliverySchema },
+        detail: { summary: 'Send a delivery again now, whatever its state' },
+      },
+    )
+    .post(
+      '/account/:account_id/deliveries/:delivery_id/retry',
+      async ({ caller, params, set }) => {
+        set.status = 202
+        return retryDelivery(deps, ownAccount(caller, params.account_id), params.delivery_id)
+      },
+      {
+        auth: { scope: 'hooks:write' },
+        params: DeliveryParams,
+        response: { 202: DeliverySchema },
+        detail: { summary: 'Send a delivery again now, whatever its state (by its id alone)' },
+      },
+    )
+    .post(
+      '/account/:account_id/hooks/:hook_id/recover',
+      async ({ caller, params, body, set }) => {
+        set.status = 202
+        return { requeued: await recoverDeliveries(deps, ownAccount(caller, params.account_id), params.hook_id, new Date(body.since)) }
+      },
+      {
+        auth: { scope: 'hooks:write' },
+        params: HookParams,
+        body: RecoverBody,
+        response: { 202: RecoveredSchema },
+        detail: { summary: 'Send again every failed or canceled delivery created since a time' },
+      },
+    )
+    .post(
+      '/account/:account_id/hooks/:hook_id/test',
+      ({ caller, params }) => sendTestEvent(deps, ownAccount(caller, params.account_id), params.hook_id),
+      {
+        auth: { scope: 'hooks:write' },
+        params: HookParams,
+        response: { 200: TestResultSchema },
+        detail: { summary: "Send one signed example event of the subscription's type now and answer with the receiver's response" },
+      },
+    )
     .post(
       '/account/:account_id/hooks/:hook_id/secret/rotate',
       async ({ caller, params, request, set }) => {

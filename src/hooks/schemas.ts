@@ -1,5 +1,6 @@
 import { t } from 'elysia'
 import { AccountParams } from '../accounts/schemas.ts'
+import { ApiKeyParam, PageParams } from '../lib/pagination.ts'
 import { EVENT_TYPES } from './event-types.ts'
 
 export const HookSchema = t.Object(
@@ -66,12 +67,42 @@ export const UpdateHookBody = t.Object(
 
 export const HookParams = t.Object({ ...AccountParams.properties, hook_id: t.String({ maxLength: 64 }) })
 
+// Not t.UnionEnum: it carries a default, which would fill in a missing `state` filter.
+const DeliveryState = t.Union([t.Literal('pending'), t.Literal('succeeded'), t.Literal('failed'), t.Literal('canceled')], {
+  description:
+    '`pending`: waiting for its next attempt (or for its paused subscription to resume); `succeeded`: the receiver answered 2xx; `failed`: every attempt of the retry schedule failed; `canceled`: its subscription was disabled while it waited (POST …/recover sends it again).',
+})
+
+export const DeliveryIdParam = t.String({ maxLength: 64, description: 'A delivery id, dlv_… (from a list of deliveries or a test).' })
+
+export const DeliverySchema = t.Object(
+  {
+    id: t.String({ examples: ['dlv_01jd3m9x2q4f1a9c07be55d2e8'] }),
+    hook_id: t.String(),
+    event_id: t.String({ description: 'Also the webhook-id header the receiver saw.' }),
+    event_type: t.UnionEnum(EVENT_TYPES),
+    state: DeliveryState,
+    test: t.Boolean({ description: 'An example sent by POST …/hooks/{hook_id}/test.' }),
+    attempts: t.Integer({ description: 'Attempts made so far.' }),
+    next_attempt_at: t.Union([t.String({ format: 'date-time' }), t.Null()], { description: 'When the next attempt is due; null unless pending.' }),
+    last_attempt: t.Union([
+      t.Object({
+        status_code: t.Union([t.Integer(), t.Null()], { description: 'Null when no response arrived.' }),
+        duration_ms: t.Integer(),
+        error: t.Union([t.String(), t.Null()]),
+        at: t.String({ format: 'date-time' }),
+      }),
+      t.Null(),
+    ]),
+    created_at: t.String({ format: 'date-time' }),
+  },
+  { $id: '#/components/schemas/Delivery', title: 'Delivery' },
+)
+
 export const DeliveryAttemptSchema = t.Object(
   {
     id: t.String(),
-    delivery_id: t.String(),
-    event_id: t.String({ description: 'Also the webhook-id header the receiver saw.' }),
-    attempted_at: t.String({ format: 'date-time' }),
+    at: t.String({ format: 'date-time' }),
     status_code: t.Union([t.Integer(), t.Null()], { description: 'Null when no response arrived.' }),
     duration_ms: t.Integer(),
     error: t.Union([t.String(), t.Null()]),
@@ -79,3 +110,30 @@ export const DeliveryAttemptSchema = t.Object(
   },
   { $id: '#/components/schemas/DeliveryAttempt', title: 'DeliveryAttempt' },
 )
+
+export const DeliveryDetailSchema = t.Composite([DeliverySchema, t.Object({ attempt_log: t.Array(DeliveryAttemptSchema, { description: 'Every attempt, oldest first.' }) })], {
+  $id: '#/components/schemas/DeliveryDetail',
+  title: 'DeliveryDetail',
+})
+
+export const DeliveryListQuery = t.Object({ ...PageParams, ...ApiKeyParam, state: t.Optional(DeliveryState) }, { additionalProperties: false })
+
+export const RecoverBody = t.Object(
+  { since: t.String({ format: 'date-time', description: 'Failed and canceled deliveries created at or after this time are sent again.' }) },
+  { additionalProperties: false },
+)
+
+export const RecoveredSchema = t.Object({ requeued: t.Integer({ description: 'How many deliveries were put back in the queue.' }) })
+
+export const TestResultSchema = t.Object(
+  {
+    delivery_id: t.String({ description: 'The test delivery, in the delivery log marked `test: true`.' }),
+    status_code: t.Union([t.Integer(), t.Null()], { description: "The receiver's answer; null when none arrived." }),
+    duration_ms: t.Integer(),
+    error: t.Union([t.String(), t.Null()], { description: 'Why the attempt failed; null on a 2xx.' }),
+  },
+  { $id: '#/components/schemas/TestResult', title: 'TestResult' },
+)
+
+export const DeliveryParams = t.Object({ ...AccountParams.properties, delivery_id: DeliveryIdParam })
+export const HookDeliveryParams = t.Object({ ...HookParams.properties, delivery_id: DeliveryIdParam })

@@ -3,11 +3,11 @@ import { cors } from '../lib/cors.ts'
 import { ApiError } from '../lib/errors.ts'
 import { newId } from '../lib/ids.ts'
 import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
-import type { HookDeps } from '../hooks/service.ts'
+import type { ToolDeps } from './tools.ts'
 import { isAllowedOrigin } from './origin.ts'
 import { handleMcpPost } from './sdk-server.ts'
 
-export interface McpRouteDeps extends HookDeps, Omit<AuthPluginDeps, 'resourceMetadataUrl'> {
+export interface McpRouteDeps extends ToolDeps, Omit<AuthPluginDeps, 'resourceMetadataUrl'> {
   publicUrl: string
   /** MCP_ALLOWED_ORIGINS: browser origins allowed besides PUBLIC_URL's and loopback ones. */
   allowedOrigins: readonly string[]

@@ -3,19 +3,18 @@ import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/
 import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js'
 import type { Caller } from '../auth/authenticator.ts'
 import { problemBody } from '../lib/errors.ts'
-import type { HookDeps } from '../hooks/service.ts'
-import { TOOL_LIST, callTool } from './tools.ts'
+import { TOOL_LIST, callTool, type ToolDeps } from './tools.ts'
 
 const SERVER_INFO = { name: 'messaging-service', title: 'Messaging service webhooks', version: '0.1.0' }
 const INSTRUCTIONS =
-  "Manages this messaging account's webhook subscriptions: which HTTPS URLs receive which message events (delivered, failed, inbound), and the log of delivery attempts. Start with list_event_types and list_webhooks."
+  "Manages this messaging account's webhook subscriptions: which HTTPS URLs receive which message events (delivered, failed, inbound), and their deliveries (test, see, retry). Start with list_event_types and list_webhooks."
 
 /**
  * Answers one MCP POST. Stateless (SDK transport without session ids): each request gets a
  * fresh server bound to its authenticated caller, so any instance behind a load balancer can
  * answer any request and nothing lives between requests.
  */
-export async function handleMcpPost(deps: HookDeps, caller: Caller, request: Request, parsedBody: unknown, requestId: string): Promise<Response> {
+export async function handleMcpPost(deps: ToolDeps, caller: Caller, request: Request, parsedBody: unknown, requestId: string): Promise<Response> {
   const server = new Server(SERVER_INFO, { capabilities: { tools: {} }, instructions: INSTRUCTIONS })
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: TOOL_LIST }))
   server.setRequestHandler(CallToolRequestSchema, async ({ params }): Promise<CallToolResult> => {

@@ -7,14 +7,19 @@ import type { Scope } from '../auth/scopes.ts'
 import { ApiError, validationFailed } from '../lib/errors.ts'
 import { PageParams, pageOf } from '../lib/pagination.ts'
 import { EVENT_DESCRIPTIONS, EVENT_TYPES } from '../hooks/event-types.ts'
-import { CreateHookBody, CreatedHookSchema, DeliveryAttemptSchema, HookSchema } from '../hooks/schemas.ts'
-import { createHook, deleteHook, getHook, listHooks, toHookResource, type HookDeps } from '../hooks/service.ts'
-import { listDeliveryAttempts } from '../hooks/deliveries.ts'
+import { CreateHookBody, CreatedHookSchema, DeliveryDetailSchema, DeliveryIdParam, DeliveryListQuery, DeliverySchema, HookSchema, TestResultSchema, UpdateHookBody } from '../hooks/schemas.ts'
+import { createHook, deleteHook, getHook, listHooks, toHookResource, updateHook, type HookDeps } from '../hooks/service.ts'
+import { getDelivery, listDeliveries, retryDelivery, sendTestEvent, type DeliveryOperationDeps } from '../hooks/deliveries.ts'
+
+/** What the tools run on: the same dependencies as the REST routes for subscriptions and deliveries. */
+export type ToolDeps = HookDeps & DeliveryOperationDeps
 
 const HookId = t.String({ minLength: 1, maxLength: 64, description: 'A subscription id, hook_… (from list_webhooks or create_webhook).' })
 const ListWebhooksInput = t.Object(PageParams, { additionalProperties: false })
 const HookIdInput = t.Object({ hook_id: HookId }, { additionalProperties: false })
-const ListDeliveriesInput = t.Object({ hook_id: HookId, ...PageParams }, { additionalProperties: false })
+const ListDeliveriesInput = t.Object({ hook_id: HookId, ...PageParams, state: DeliveryListQuery.properties.state }, { additionalProperties: false })
+const UpdateWebhookInput = t.Object({ hook_id: HookId, ...UpdateHookBody.properties }, { additionalProperties: false, minProperties: 2 })
+const DeliveryIdInput = t.Object({ delivery_id: DeliveryIdParam }, { additionalProperties: false })
 const NoInput = t.Object({}, { additionalProperties: false })
 
 const EventTypesOutput = t.Object({
@@ -30,7 +35,7 @@ interface ToolDefinition<Input extends TSchema> {
   input: Input
   output: TSchema
   annotations: NonNullable<Tool['annotations']>
-  run(deps: HookDeps, caller: Caller, input: Static<Input>): Promise<object>
+  run(deps: ToolDeps, caller: Caller, input: Static<Input>): Promise<object>
 }
 
 // Each tool is a thin call into the same service functions the REST routes use.
@@ -41,7 +46,7 @@ export const TOOLS = [
     name: 'list_webhooks',
     title: 'List webhook subscriptions',
     description:
-      "Lists the account's webhook subscriptions, newest first: each one's id, event type, HTTPS target URL and status (active, or disabled with a reason). Pages of up to 100; pass next_cursor back as cursor for the next page.",
+      "Lists the account's webhook subscriptions, newest first: each one's id, event type, HTTPS target URL and status (active, paused by the owner, or disabled by the service with a reason). Pages of up to 100; pass next_cursor back as cursor for the next page.",
     scope: 'hooks:read',
     input: ListWebhooksInput,
     output: pageOf(HookSchema),
@@ -95,18 +100,64 @@ export const TOOLS = [
     run: async () => ({ data: EVENT_TYPES.map((type) => ({ type, description: EVENT_DESCRIPTIONS[type] })) }),
   }),
   define({
-    name: 'list_deliveries',
-    title: "List a subscription's delivery attempts",
+    name: 'update_webhook',
+    title: 'Change, pause or resume a webhook subscription',
     description:
-      "Lists a subscription's delivery attempts, newest first: when, the HTTP status the receiver answered (null if none), how long it took, the error, and the start of the response. Use it to find out why a receiver is not getting events.",
+      'Changes a subscription: a new target_url (same rules as at creation), status "paused" (deliveries are still recorded and wait) or "active" (resumes a paused one, re-enables a disabled one), or rate_limit_per_s (deliveries per second, 1-10000; null removes the limit). The signing secret is kept. Give hook_id and at least one change.',
+    scope: 'hooks:write',
+    input: UpdateWebhookInput,
+    output: HookSchema,
+    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+    run: async (deps, caller, input) => {
+      const { hook_id, ...changes } = input as Static<typeof UpdateWebhookInput>
+      return toHookResource(await updateHook(deps, caller.accountId, hook_id, changes))
+    },
+  }),
+  define({
+    name: 'test_webhook',
+    title: 'Send a test event to a webhook subscription',
+    description:
+      "Sends one signed example event of the subscription's type to its URL now, whatever its status, and answers with the receiver's response: delivery_id, status_code (null if none arrived), duration_ms and error (null on success). Use it to check that a receiver works. The test appears in list_deliveries marked test and never changes the subscription.",
+    scope: 'hooks:write',
+    input: HookIdInput,
+    output: TestResultSchema,
+    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
+    run: (deps, caller, input) => sendTestEvent(deps, caller.accountId, input.hook_id),
+  }),
+  define({
+    name: 'list_deliveries',
+    title: "List a subscription's deliveries",
+    description:
+      "Lists a subscription's deliveries, one per event, newest first: each one's state (pending, succeeded, failed, canceled), attempts made, when the next attempt is due, and the last attempt's HTTP status (null if no answer), duration and error. Filter with state. Use it to find out why a receiver is not getting events; get_delivery shows every attempt.",
     scope: 'hooks:read',
     input: ListDeliveriesInput,
-    output: pageOf(DeliveryAttemptSchema),
+    output: pageOf(DeliverySchema),
     annotations: { readOnlyHint: true, openWorldHint: false },
     run: async (deps, caller, input) => {
       const hook = await getHook(deps.db, caller.accountId, input.hook_id)
-      return listDeliveryAttempts(deps.db, hook.id, input)
+      return listDeliveries(deps.db, hook.id, input)
     },
+  }),
+  define({
+    name: 'get_delivery',
+    title: 'Read one delivery with every attempt',
+    description: "Reads one delivery by id (dlv_…): its state and every attempt, oldest first, with the HTTP status, duration, error and the first 4 KB of the receiver's answer.",
+    scope: 'hooks:read',
+    input: DeliveryIdInput,
+    output: DeliveryDetailSchema,
+    annotations: { readOnlyHint: true, openWorldHint: false },
+    run: (deps, caller, input) => getDelivery(deps.db, caller.accountId, input.delivery_id),
+  }),
+  define({
+    name: 'retry_delivery',
+    title: 'Send a delivery again',
+    description:
+      'Sends a delivery (dlv_…) again now, whatever its state: a succeeded one is sent again with the same webhook-id, so receivers that deduplicate ignore it. The subscription must be active (resume a paused one with update_webhook first). Answers with the delivery, now pending; check it again with get_delivery.',
+    scope: 'hooks:write',
+    input: DeliveryIdInput,
+    output: DeliverySchema,
+    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
+    run: (deps, caller, input) => retryDelivery(deps, caller.accountId, input.delivery_id),
   }),
 ]
 
@@ -131,7 +182,7 @@ export type ToolOutcome = { ok: true; result: Record<string, unknown> } | { ok: 
  * Runs a tool for a caller: the scope check, the input check against the same schema REST uses,
  * then the service call. Failures are ApiErrors, reported to the model as tool errors.
  */
-export async function callTool(deps: HookDeps, caller: Caller, name: string, args: unknown): Promise<ToolOutcome | null> {
+export async function callTool(deps: ToolDeps, caller: Caller, name: string, args: unknown): Promise<ToolOutcome | null> {
   const tool = TOOLS.find((candidate) => candidate.name === name)
   if (!tool) return null
   try {

@@ -224,7 +224,8 @@ export async function listEvents(
   accountId: string,
   query: { type?: EventType; since?: string; limit?: number; cursor?: string },
 ): Promise<Page<EventPayload>> {
-  const conditions = [eq(events.accountId, accountId)]
+  // Test events (POST …/hooks/{hook_id}/test) are examples, not the account's history.
+  const conditions = [eq(events.accountId, accountId), eq(events.test, false)]
   if (query.type) conditions.push(eq(events.type, query.type))
   if (query.since) conditions.push(gte(events.createdAt, new Date(query.since)))
   return readPage(

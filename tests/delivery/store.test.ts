@@ -61,6 +61,17 @@ async function eventFor(path: string) {
   return { owner, hook }
 }
 
+async function moreInbound(owner: { accountId: string; secret: string }, count: number) {
+  for (let i = 0; i < count; i++) {
+    const response = await server.fetch(`/v0/account/${owner.accountId}/sandbox/inbound?key=${owner.secret}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ from: '+447700900200', body: `more ${i}` }),
+    })
+    expect(response.status).toBe(201)
+  }
+}
+
 /** One claim-send-record round, as the worker will run it. */
 async function deliverOnce(claimedFor: string) {
   const claimed = (await claimRows(db, { limit: 100, leaseMs: 30_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' })).filter((item) => item.hookId === claimedFor)
@@ -83,7 +94,11 @@ describe('claim, send, record', () => {
     const [row] = await db.select().from(deliveries).where(eq(deliveries.id, claimed!.id))
     expect([row!.status, row!.attempts, row!.leasedUntil]).toEqual(['delivered', 1, null])
     const log = await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hook.id}/deliveries?key=${owner.secret}`)).json()
-    expect(log.data).toEqual([expect.objectContaining({ delivery_id: claimed!.id, event_id: claimed!.eventId, status_code: 200, error: null, response_snippet: 'thanks' })])
+    expect(log.data).toEqual([
+      expect.objectContaining({ id: claimed!.id, event_id: claimed!.eventId, state: 'succeeded', attempts: 1, next_attempt_at: null, last_attempt: expect.objectContaining({ status_code: 200, error: null }) }),
+    ])
+    const detail = await (await server.fetch(`/v0/account/${owner.accountId}/deliveries/${claimed!.id}?key=${owner.secret}`)).json()
+    expect(detail.attempt_log).toEqual([expect.objectContaining({ status_code: 200, error: null, response_snippet: 'thanks' })])
     expect(await deliverOnce(hook.id)).toHaveLength(0)
   })
 
@@ -99,9 +114,13 @@ describe('claim, send, record', () => {
     expect(received.filter((item) => item.headers['webhook-id'] === first!.eventId)).toHaveLength(2)
 
     const gone = await eventFor('/gone')
+    await moreInbound(gone.owner, 2)
+    // Two are claimed (maxPerHook 2); the first 410 disables the subscription and cancels the one still waiting.
     await deliverOnce(gone.hook.id)
     const [hook] = await db.select().from(hooks).where(eq(hooks.id, gone.hook.id))
     expect([hook!.status, hook!.disabledReason]).toEqual(['disabled', 'The receiver answered 410 Gone.'])
+    const states = (await db.select().from(deliveries).where(eq(deliveries.hookId, gone.hook.id))).map((row) => row.status).sort()
+    expect(states).toEqual(['canceled', 'failed', 'failed'])
     const read = await (await server.fetch(`/v0/account/${gone.owner.accountId}/hooks/${gone.hook.id}?key=${gone.owner.secret}`)).json()
     expect(read.status).toBe('disabled')
   })

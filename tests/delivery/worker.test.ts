@@ -79,11 +79,18 @@ async function hookResource(owner: { accountId: string; secret: string }, hookId
   return (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}?key=${owner.secret}`)).json()) as { status: string; disabled_reason?: string }
 }
 
+/** Every attempt of the subscription's deliveries, newest first, read through the API as an integrator would. */
 async function attemptLog(owner: { accountId: string; secret: string }, hookId: string) {
-  const page = (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}/deliveries?key=${owner.secret}`)).json()) as {
-    data: { event_id: string; status_code: number | null; error: string | null }[]
+  const page = (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}/deliveries?key=${owner.secret}`)).json()) as { data: { id: string }[] }
+  const attempts: { event_id: string; id: string; status_code: number | null; error: string | null }[] = []
+  for (const delivery of page.data) {
+    const detail = (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}/deliveries/${delivery.id}?key=${owner.secret}`)).json()) as {
+      event_id: string
+      attempt_log: { id: string; status_code: number | null; error: string | null }[]
+    }
+    attempts.push(...detail.attempt_log.map((attempt) => ({ ...attempt, event_id: detail.event_id })))
   }
-  return page.data
+  return attempts.sort((a, b) => (a.id < b.id ? 1 : -1))
 }
 
 describe('the delivery worker', () => {
@@ -231,7 +238,7 @@ describe('the delivery worker', () => {
     expect(() => new Webhook(`whsec_${Buffer.from('someone else').toString('base64')}`).verify(request!.body, request!.headers)).toThrow()
   })
 
-  test('five days of failures disable a subscription with its reason; re-enabling it sends what was still pending', async () => {
+  test('five days of failures disable a subscription with its reason and cancel what was pending; re-enabled, recover sends it', async () => {
     const owner = await server.createAccountWithKey()
     const hook = await subscribe(owner, 'message.inbound', '/down')
     await inbound(owner)
@@ -245,13 +252,26 @@ describe('the delivery worker', () => {
       resource = await hookResource(owner, hook.id)
     }
     expect(resource).toMatchObject({ status: 'disabled', disabled_reason: 'Every delivery attempt failed for 5 days.' })
-    const [pending] = await db.select().from(deliveries).where(eq(deliveries.hookId, hook.id))
-    expect(pending!.status).toBe('pending')
+    let [waiting] = await db.select().from(deliveries).where(eq(deliveries.hookId, hook.id))
+    // The disabling attempt is recorded first, then its retry canceled: read until both have landed.
+    for (let tries = 0; tries < 100 && waiting!.status !== 'canceled'; tries++) {
+      await Bun.sleep(20)
+      ;[waiting] = await db.select().from(deliveries).where(eq(deliveries.hookId, hook.id))
+    }
+    expect(waiting!.status).toBe('canceled')
 
     downIsUp = true
     const attemptsWhileDisabled = onPath('/down').length
     const enabled = await server.fetch(`/v0/account/${owner.accountId}/hooks/${hook.id}/enable?key=${owner.secret}`, { method: 'POST' })
     expect(((await enabled.json()) as { status: string }).status).toBe('active')
+    await Bun.sleep(1_200)
+    expect(onPath('/down')).toHaveLength(attemptsWhileDisabled)
+    const recovered = await server.fetch(`/v0/account/${owner.accountId}/hooks/${hook.id}/recover?key=${owner.secret}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ since: new Date(Date.now() - 3_600_000).toISOString() }),
+    })
+    expect([recovered.status, await recovered.json()]).toEqual([202, { requeued: 1 }])
     await receiver.waitFor(() => onPath('/down').length === attemptsWhileDisabled + 1)
     // The attempt is recorded after the receiver answered.
     let log = await attemptLog(owner, hook.id)

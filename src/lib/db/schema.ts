@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { bigint, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { bigint, boolean, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
 
 const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
 
@@ -257,6 +257,8 @@ export const events = pgTable(
       .references(() => accounts.id, { onDelete: 'cascade' }),
     type: text('type').notNull(),
     payload: text('payload').notNull(),
+    /** An example sent by POST …/hooks/{hook_id}/test: its delivery is shown in the log, never in GET /events. */
+    test: boolean('test').notNull().default(false),
     createdAt: createdAt(),
   },
   (table) => [index('events_account_id_idx').on(table.accountId, table.id)],
@@ -274,6 +276,7 @@ export const deliveries = pgTable(
     hookId: text('hook_id')
       .notNull()
       .references(() => hooks.id, { onDelete: 'cascade' }),
+    /** pending, delivered, failed, or canceled (its subscription was disabled while it waited: POST …/recover sends it again). */
     status: text('status').notNull().default('pending'),
     attempts: integer('attempts').notNull().default(0),
     nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
@@ -291,7 +294,7 @@ export const deliveries = pgTable(
   ],
 )
 
-/** The attempt log of each subscription (GET …/hooks/{id}/deliveries). */
+/** Every attempt of every delivery (GET …/deliveries/{delivery_id}). */
 export const deliveryAttempts = pgTable(
   'delivery_attempts',
   {
@@ -312,7 +315,7 @@ export const deliveryAttempts = pgTable(
   },
   (table) => [
     index('delivery_attempts_hook_id_idx').on(table.hookId, table.id),
-    // Deleting an expired delivery finds its attempts by this.
-    index('delivery_attempts_delivery_id_idx').on(table.deliveryId),
+    // A delivery's attempts in order (GET …/deliveries/{id}, its last attempt in lists); deleting an expired delivery finds them by it too.
+    index('delivery_attempts_delivery_id_idx').on(table.deliveryId, table.id),
   ],
 )
