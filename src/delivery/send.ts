@@ -48,6 +48,12 @@ function trustedWith(extra: string): string {
   return trustedFor.pem
 }
 const USER_AGENT = 'messaging-service-webhooks/0.1'
+/**
+ * Pinning an https target by name needs fetch's `tls.serverName` (Bun). Deno's fetch ignores
+ * that option and would check the certificate against the address, so under Deno such an
+ * attempt fails with a plain reason instead of a TLS error, and never goes out unpinned.
+ */
+const RUNTIME_PINS_TLS = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined'
 /** Errors raised before a connection exists, after which the next checked address is worth a try. */
 const CONNECT_ERRORS = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL'])
 
@@ -89,6 +95,10 @@ export async function sendWebhook(request: WebhookRequest, options: SendOptions)
   } catch (error) {
     if (error instanceof TargetRefused) return failure(`refused (${error.reason}): ${error.message}`)
     return failure(describeNetworkError(error, options.timeoutMs))
+  }
+
+  if (!RUNTIME_PINS_TLS && url.protocol === 'https:' && !target.isAddressLiteral) {
+    return failure('this runtime cannot verify TLS for a name while connecting to its checked address; the Bun entry (src/main.ts) sends https webhooks to names')
   }
 
   const headers = {
