@@ -331,7 +331,9 @@ describe('rotation', async () => {
     await instanceB.reload()
     const retiredKid = kidOf(token)!
     expect((await instanceB.jwks()).keys.map((key) => key.kid)).toContain(retiredKid)
-    const later = await startSigner(db, { now: () => clock.now() + 24 * 3_600_000 + 1_000 })
+    // The database stamped retired_at with its own clock, which has moved on from the test's frozen one: start from it.
+    const [retired] = await db.select().from(signingKeys).where(eq(signingKeys.kid, retiredKid))
+    const later = await startSigner(db, { now: () => retired!.retiredAt!.getTime() + 24 * 3_600_000 + 1_000 })
     expect((await later.jwks()).keys.map((key) => key.kid)).not.toContain(retiredKid)
   })
 
