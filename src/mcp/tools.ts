@@ -1,6 +1,6 @@
 import { t, type TSchema } from 'elysia'
 import type { Static } from '@sinclair/typebox'
-import { Value } from '@sinclair/typebox/value'
+import { TransformDecodeError, Value } from '@sinclair/typebox/value'
 import type { Tool } from '@modelcontextprotocol/sdk/types.js'
 import type { Caller } from '../auth/authenticator.ts'
 import type { Scope } from '../auth/scopes.ts'
@@ -176,6 +176,21 @@ export const TOOL_LIST: Tool[] = TOOLS.map((tool) => ({
   annotations: { title: tool.title, ...tool.annotations },
 }))
 
+/**
+ * The checked input as the service takes it. Elysia's `t.Integer` (rate_limit_per_s, limit) also
+ * admits a numeric string, and only decoding turns it into a number and checks the bounds: without
+ * it "0" or "99999" would pass the check and be stored. REST decodes too, so both take "5" and refuse "0".
+ */
+function decodeInput(schema: TSchema, input: unknown): unknown {
+  try {
+    return Value.Decode(schema, input)
+  } catch (error) {
+    if (!(error instanceof TransformDecodeError)) throw error
+    const reason = (error.error as { valueError?: { message?: string } } | undefined)?.valueError?.message ?? 'Expected a valid value'
+    throw validationFailed([{ path: error.path || '/', message: reason }])
+  }
+}
+
 export type ToolOutcome = { ok: true; result: Record<string, unknown> } | { ok: false; error: ApiError }
 
 /**
@@ -193,7 +208,7 @@ export async function callTool(deps: ToolDeps, caller: Caller, name: string, arg
     if (!Value.Check(tool.input, input)) {
       throw validationFailed([...Value.Errors(tool.input, input)].slice(0, 20).map((error) => ({ path: error.path || '/', message: error.message })))
     }
-    return { ok: true, result: (await tool.run(deps, caller, input)) as Record<string, unknown> }
+    return { ok: true, result: (await tool.run(deps, caller, decodeInput(tool.input, input))) as Record<string, unknown> }
   } catch (error) {
     if (error instanceof ApiError) return { ok: false, error }
     throw error

@@ -4,7 +4,8 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js'
 import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js'
 import { startTestServer, type TestServer } from '../support/server.ts'
-import { REDIRECT_URI, authorizeAndRedeem, flowFixture, postJson, signIn, type Fixture } from '../oauth/support.ts'
+import { REDIRECT_URI, flowFixture, postJson, signIn, type Fixture } from '../oauth/support.ts'
+import { connectWithToken as connectTo, expectScopeRefused, problemOf, tokenFor as tokenOn, type ToolResult } from '../support/mcp.ts'
 
 const server = await startTestServer({ env: { MCP_ALLOWED_ORIGINS: 'https://agent.example' } })
 const mcpUrl = `${server.config.baseUrl}/mcp`
@@ -72,17 +73,8 @@ class TestOAuthProvider implements OAuthClientProvider {
   }
 }
 
-/** A token as a client that asked for `scope` on `resource` would hold it. */
-async function tokenFor(fixture: Fixture, options: { scope?: string; resource?: string }) {
-  const { tokens } = await authorizeAndRedeem(server, fixture, { ...(options.scope ? { scope: options.scope } : {}), ...(options.resource ? { resource: options.resource } : {}) })
-  return tokens.access_token
-}
-
-async function connectWithToken(token: string) {
-  const client = new Client({ name: 'test', version: '1.0.0' })
-  await client.connect(new StreamableHTTPClientTransport(new URL(mcpUrl), { requestInit: { headers: { authorization: `Bearer ${token}` } } }))
-  return client
-}
+const tokenFor = (fixture: Fixture, options: { scope?: string; resource?: string }) => tokenOn(server, fixture, options)
+const connectWithToken = (token: string) => connectTo(server, token)
 
 const rpc = (headers: Record<string, string>, body: unknown = { jsonrpc: '2.0', id: 1, method: 'ping' }) =>
   fetch(mcpUrl, {
@@ -90,9 +82,6 @@ const rpc = (headers: Record<string, string>, body: unknown = { jsonrpc: '2.0', 
     headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25', ...headers },
     body: JSON.stringify(body),
   })
-
-type ToolResult = { isError?: boolean; structuredContent?: any; content: { type: string; text: string }[] }
-const problemOf = (result: ToolResult) => JSON.parse(result.content[0]!.text) as { status: number; code: string; detail: string; errors?: { path: string; message: string }[] }
 
 describe('the SDK client with its OAuth provider, from nothing', () => {
   test('401 → discovery → registration → PKCE → token → tools: create, list, delete a webhook; REST sees it', async () => {
@@ -185,10 +174,7 @@ describe('tools: the same rules as REST', () => {
     const fixture = await flowFixture(server)
     const client = await connectWithToken(await tokenFor(fixture, { scope: 'hooks:read' }))
     expect(((await client.callTool({ name: 'list_webhooks', arguments: {} })) as ToolResult).isError).toBeFalsy()
-    const refused = (await client.callTool({ name: 'create_webhook', arguments: { event: 'message.inbound', target_url: 'https://hooks.example.com/ro' } })) as ToolResult
-    expect(refused.isError).toBe(true)
-    expect(problemOf(refused)).toMatchObject({ status: 403, code: 'insufficient_scope' })
-    expect(problemOf(refused).detail).toContain('hooks:write')
+    await expectScopeRefused(() => client.callTool({ name: 'create_webhook', arguments: { event: 'message.inbound', target_url: 'https://hooks.example.com/ro' } }))
     expect(((await (await server.fetch(`/v0/account/${fixture.accountId}/hooks?key=${fixture.apiKey}`)).json()) as { data: unknown[] }).data).toHaveLength(0)
     await client.close()
   })
