@@ -18,7 +18,7 @@ const HookId = t.String({ minLength: 1, maxLength: 64, description: 'A subscript
 const ListWebhooksInput = t.Object(PageParams, { additionalProperties: false })
 const HookIdInput = t.Object({ hook_id: HookId }, { additionalProperties: false })
 const ListDeliveriesInput = t.Object({ hook_id: HookId, ...PageParams, state: DeliveryListQuery.properties.state }, { additionalProperties: false })
-const UpdateWebhookInput = t.Object({ hook_id: HookId, ...UpdateHookBody.properties }, { additionalProperties: false, minProperties: 2 })
+const UpdateWebhookInput = t.Object({ hook_id: HookId, ...UpdateHookBody.properties }, { additionalProperties: false })
 const DeliveryIdInput = t.Object({ delivery_id: DeliveryIdParam }, { additionalProperties: false })
 const NoInput = t.Object({}, { additionalProperties: false })
 
@@ -110,6 +110,8 @@ export const TOOLS = [
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
     run: async (deps, caller, input) => {
       const { hook_id, ...changes } = input as Static<typeof UpdateWebhookInput>
+      // Checked here, not with minProperties: the schema's message would count hook_id among the changes.
+      if (Object.keys(changes).length === 0) throw validationFailed([{ path: '/', message: 'give at least one change: target_url, status or rate_limit_per_s' }])
       return toHookResource(await updateHook(deps, caller.accountId, hook_id, changes))
     },
   }),

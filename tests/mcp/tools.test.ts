@@ -186,9 +186,8 @@ describe('update_webhook', () => {
 
   test('no change, status "disabled", rate 0, an http URL to a public host: tool errors with the problem PATCH answers; nothing changes', async () => {
     const hook = await subscribe('/patch-errors')
-    // hook_id alone: nothing to change. (The message counts hook_id among the properties: "at least 2".)
     const noChange = await agent.fails('update_webhook', { hook_id: hook.id })
-    expect(noChange).toMatchObject({ status: 422, code: 'validation_failed', errors: [{ path: '/' }] })
+    expect(noChange).toMatchObject({ status: 422, code: 'validation_failed', errors: [{ path: '/', message: 'give at least one change: target_url, status or rate_limit_per_s' }] })
     const cases: [Record<string, unknown>, string][] = [
       [{ status: 'disabled' }, '/status'],
       [{ rate_limit_per_s: 0 }, '/rate_limit_per_s'],
