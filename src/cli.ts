@@ -2,6 +2,7 @@ import { exitWith, loadConfigOrExit, openConfiguredDatabase } from './instance.t
 import { lockOwner } from './lib/db/data-dir-lock.ts'
 import { runCommand, type CommandResult } from './cli/commands.ts'
 import { cliSocketPath, type ForwardedCommand } from './cli/socket.ts'
+import { listen } from './cli/listen.ts'
 import { createLogger } from './lib/logger.ts'
 import { createSecretBox, resolveEncryptionKey } from './lib/secret-box.ts'
 
@@ -9,6 +10,16 @@ import { createSecretBox, resolveEncryptionKey } from './lib/secret-box.ts'
 process.umask(0o077)
 const argv = process.argv.slice(2)
 const config = loadConfigOrExit(process.env)
+
+// `listen` is a client of a running service, through its HTTP API with an API key: it opens no
+// database and never goes through the server's CLI socket.
+if (argv[0] === 'listen') {
+  const stop = new AbortController()
+  process.on('SIGINT', () => stop.abort())
+  process.on('SIGTERM', () => stop.abort())
+  const io = { out: (line: string) => console.log(line), err: (line: string) => console.error(line) }
+  process.exit(await listen(argv.slice(1), { ...io, fetch, signal: stop.signal, env: process.env, baseUrl: config.baseUrl }))
+}
 
 async function forwardToServer(): Promise<CommandResult> {
   const body: ForwardedCommand = { argv }

@@ -37,7 +37,8 @@ export const USAGE = `Usage: bun run cli <command> [options] [--json]
   apikey create --account <acc_id> [--name <name>]
   apikey list --account <acc_id>
   apikey revoke --id <key_id>
-  keys rotate                                        sign new tokens with a new key; the old one verifies for 24 h`
+  keys rotate                                        sign new tokens with a new key; the old one verifies for 24 h
+  listen --event <type> [--forward-to <url>]         webhooks to this machine, forwarded to your app (listen --help)`
 
 class UsageError extends Error {}
 
