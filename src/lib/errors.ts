@@ -57,6 +57,18 @@ export const validationFailed = (errors: FieldError[]) =>
   new ApiError(422, 'validation_failed', 'The request body or parameters are invalid; see errors.', { errors })
 
 /**
+ * The message of one schema violation. TypeBox says only "Expected union value" when a value is
+ * none of a set of literals (an event type, a status); name the values a caller may send instead.
+ */
+export function describeSchemaViolation(issue: { message?: string; schema?: unknown }): string {
+  const options = (issue.schema as { anyOf?: unknown } | undefined)?.anyOf
+  if (Array.isArray(options) && options.length > 0 && options.every((option) => typeof option === 'object' && option !== null && 'const' in option)) {
+    return `must be one of ${options.map((option) => JSON.stringify((option as { const: unknown }).const)).join(', ')}`
+  }
+  return issue.message ?? 'Invalid value'
+}
+
+/**
  * The database is down or restarting (src/lib/db/errors.ts): retry shortly. Almost always
  * nothing was stored; only a connection lost during the commit itself leaves it unknown, so the
  * detail does not promise it (docs/api.md says to retry with the same Idempotency-Key).

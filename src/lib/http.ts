@@ -1,5 +1,5 @@
 import { Elysia } from 'elysia'
-import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, databaseUnavailable, internalError, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
+import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, databaseUnavailable, describeSchemaViolation, internalError, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
 import { newId } from './ids.ts'
 import { isDatabaseUnavailable } from './db/errors.ts'
 import { describeError, redactedPath, type Logger } from './logger.ts'
@@ -133,6 +133,7 @@ export const jsonBodies = () => new Elysia().onParse({ as: 'scoped' }, ({ reques
 interface ValidationIssue {
   path?: string
   message?: string
+  schema?: unknown
 }
 
 function fieldErrors(error: { all?: ValidationIssue[] }, part: string): FieldError[] {
@@ -140,7 +141,7 @@ function fieldErrors(error: { all?: ValidationIssue[] }, part: string): FieldErr
   const errors: FieldError[] = []
   for (const issue of error.all ?? []) {
     const path = issue.path || '/'
-    const message = issue.message ?? 'Invalid value'
+    const message = describeSchemaViolation(issue)
     const key = `${path}\u0000${message}`
     if (seen.has(key)) continue
     seen.add(key)

@@ -4,7 +4,7 @@ import { TransformDecodeError, Value } from '@sinclair/typebox/value'
 import type { Tool } from '@modelcontextprotocol/sdk/types.js'
 import type { Caller } from '../auth/authenticator.ts'
 import type { Scope } from '../auth/scopes.ts'
-import { ApiError, validationFailed } from '../lib/errors.ts'
+import { ApiError, describeSchemaViolation, validationFailed } from '../lib/errors.ts'
 import { PageParams, pageOf } from '../lib/pagination.ts'
 import { EVENT_DESCRIPTIONS, EVENT_TYPES } from '../hooks/event-types.ts'
 import { CreateHookBody, CreatedHookSchema, DeliveryDetailSchema, DeliveryIdParam, DeliveryListQuery, DeliverySchema, HookSchema, TestResultSchema, UpdateHookBody } from '../hooks/schemas.ts'
@@ -208,7 +208,7 @@ export async function callTool(deps: ToolDeps, caller: Caller, name: string, arg
     }
     const input = args ?? {}
     if (!Value.Check(tool.input, input)) {
-      throw validationFailed([...Value.Errors(tool.input, input)].slice(0, 20).map((error) => ({ path: error.path || '/', message: error.message })))
+      throw validationFailed([...Value.Errors(tool.input, input)].slice(0, 20).map((error) => ({ path: error.path || '/', message: describeSchemaViolation(error) })))
     }
     return { ok: true, result: (await tool.run(deps, caller, decodeInput(tool.input, input))) as Record<string, unknown> }
   } catch (error) {

@@ -100,6 +100,18 @@ describe('bad input', () => {
   }
 })
 
+test('an unknown event or status is refused naming the values allowed', async () => {
+  const response = await create({ event: 'message.read', target_url: 'https://hooks.example.com/x' })
+  expect((await response.json()).errors).toEqual([{ path: '/event', message: 'must be one of "message.delivered", "message.failed", "message.inbound"' }])
+  const created = await (await create({ event: 'message.inbound', target_url: 'https://hooks.example.com/status' })).json()
+  const patched = await server.fetch(`/v0/account/${alice.accountId}/hooks/${created.id}?key=${alice.secret}`, {
+    method: 'PATCH',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ status: 'disabled' }),
+  })
+  expect((await patched.json()).errors).toEqual([{ path: '/status', message: 'must be one of "active", "paused"' }])
+})
+
 describe('private targets without WEBHOOK_ALLOW_PRIVATE_TARGETS', () => {
   test('the refusal names the setting that lifts it, for https and plain http alike', async () => {
     for (const target_url of ['https://127.0.0.1:8443/hook', 'http://127.0.0.1:8080/hook', 'http://localhost:8080/hook']) {
