@@ -25,6 +25,7 @@ import { messageRoutes } from './messages/routes.ts'
 import type { MessageDeps } from './messages/service.ts'
 import { isForbiddenHost } from './delivery/ssrf.ts'
 import { mcpRoutes } from './mcp/routes.ts'
+import { createClientDirectory } from './oauth/clients.ts'
 
 export interface AppDeps {
   config: Config
@@ -48,6 +49,7 @@ export function createApp(deps: AppDeps) {
   const auth = { ...deps, resourceMetadataUrl, baseUrl: deps.config.baseUrl }
   const tokens = {
     db: deps.db,
+    clients: createClientDirectory(deps.db),
     signer: deps.signer,
     secretBox: deps.secretBox,
     baseUrl: deps.config.baseUrl,

@@ -1,9 +1,8 @@
 import type { Static } from 'elysia'
-import type { Database } from '../lib/db/client.ts'
 import type { OAuthErrorCode } from '../lib/errors.ts'
 import { isLoopbackHost } from '../lib/loopback.ts'
 import { SCOPES, isScope, splitScope, type Scope } from '../auth/scopes.ts'
-import { findClient, type OAuthClient } from './clients.ts'
+import type { ClientDirectory, OAuthClient } from './clients.ts'
 import type { AuthorizeQuery } from './schemas.ts'
 
 export const DEFAULT_SCOPE: readonly Scope[] = ['account:read', 'hooks:read', 'hooks:write']
@@ -86,12 +85,12 @@ export function parseResource(raw: string | string[] | undefined, baseUrl: strin
  * redirect URI first (failures are shown, never redirected), then everything else.
  */
 export async function checkAuthorizationRequest(
-  db: Database,
+  clients: ClientDirectory,
   baseUrl: string,
   params: AuthorizationParams,
   options: { requireResponseType: boolean },
 ): Promise<AuthorizationCheck> {
-  const client = await findClient(db, params.client_id)
+  const client = await clients.find(params.client_id)
   if (!client) return { ok: false, redirect: false, description: 'This application is not registered (unknown client_id).' }
   if (!params.redirect_uri || !matchesRegisteredRedirect(client.redirectUris, params.redirect_uri)) {
     return { ok: false, redirect: false, description: 'The redirect_uri is not one this application registered.' }

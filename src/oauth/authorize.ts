@@ -39,7 +39,7 @@ export function authorizeRoutes(deps: AuthorizeDeps) {
       '/auth/authorize',
       async ({ query }) => {
         const nonce = randomBytes(16).toString('base64')
-        const check = await checkAuthorizationRequest(deps.db, deps.baseUrl, query, { requireResponseType: true })
+        const check = await checkAuthorizationRequest(deps.clients, deps.baseUrl, query, { requireResponseType: true })
         if (!check.ok && !check.redirect) {
           return new Response(renderErrorPage(nonce, check.description), { status: 400, headers: pageHeaders(nonce) })
         }
@@ -74,7 +74,7 @@ export function authorizeRoutes(deps: AuthorizeDeps) {
       '/auth/authorize',
       async ({ body, set }) => {
         set.headers['cache-control'] = 'no-store'
-        const check = await checkAuthorizationRequest(deps.db, deps.baseUrl, body, { requireResponseType: false })
+        const check = await checkAuthorizationRequest(deps.clients, deps.baseUrl, body, { requireResponseType: false })
         if (!check.ok) {
           if (!check.redirect) throw new OAuthError(400, 'invalid_request', check.description)
           throw new OAuthError(400, check.error, check.description)

@@ -15,30 +15,36 @@ export type ClientRegistration = Static<typeof ClientRegistrationResponse>
 /** The metadata a client is registered with, defaults applied: RFC 7591 §2 names. */
 export type ClientMetadata = Omit<ClientRegistration, 'client_id' | 'client_id_issued_at'>
 
-// Registrations never change once made (there is no update or delete), so a client read
-// once is good for the life of the process; unknown ids are not remembered.
-const clientsByDatabase = new WeakMap<Database, TtlCache<OAuthClient>>()
+/** Where the OAuth endpoints look clients up: `find` answers null for a client that does not exist. */
+export interface ClientDirectory {
+  find(clientId: string | undefined): Promise<OAuthClient | null>
+}
 
-export async function findClient(db: Database, clientId: string | undefined): Promise<OAuthClient | null> {
-  if (!clientId || !isId('cli', clientId)) return null
-  let clients = clientsByDatabase.get(db)
-  if (!clients) {
-    clients = new TtlCache<OAuthClient>({ maxEntries: 10_000, ttlMs: 60 * 60_000 })
-    clientsByDatabase.set(db, clients)
+/**
+ * The registered clients of a database. Registrations never change once made (there is no
+ * update or delete), so a client read once is good for the life of the process; unknown ids
+ * are not remembered.
+ */
+export function createClientDirectory(db: Database): ClientDirectory {
+  const clients = new TtlCache<OAuthClient>({ maxEntries: 10_000, ttlMs: 60 * 60_000 })
+  return {
+    async find(clientId) {
+      if (!clientId || !isId('cli', clientId)) return null
+      const cached = clients.get(clientId)
+      if (cached) return cached
+      const [client] = await db.select().from(oauthClients).where(eq(oauthClients.id, clientId))
+      if (client) clients.set(clientId, client)
+      return client ?? null
+    },
   }
-  const cached = clients.get(clientId)
-  if (cached) return cached
-  const [client] = await db.select().from(oauthClients).where(eq(oauthClients.id, clientId))
-  if (client) clients.set(clientId, client)
-  return client ?? null
 }
 
 /** RFC 6749 §5.2: an unknown client at a token endpoint is 401 `invalid_client`; clients then register again. */
 export const invalidClient = () =>
   new OAuthError(401, 'invalid_client', 'Unknown client_id: register the client again (POST /auth/register).')
 
-export async function requireClient(db: Database, clientId: string | undefined): Promise<OAuthClient> {
-  const client = await findClient(db, clientId)
+export async function requireClient(clients: ClientDirectory, clientId: string | undefined): Promise<OAuthClient> {
+  const client = await clients.find(clientId)
   if (!client) throw invalidClient()
   return client
 }

@@ -26,7 +26,7 @@ export async function revokeGrant(db: Database | DatabaseTransaction, grantId: s
  * Unknown, expired or foreign tokens are not an error (§2.2): the answer does not tell them apart.
  */
 export async function revokeToken(deps: TokenDeps, input: { token?: string; clientId?: string }): Promise<void> {
-  const client = await requireClient(deps.db, input.clientId)
+  const client = await requireClient(deps.clients, input.clientId)
   if (!input.token || input.token.length > 4096) throw new OAuthError(400, 'invalid_request', 'token is required.')
   const [refresh] = await deps.db
     .select({ grantId: grants.id, clientId: grants.clientId })

@@ -1,4 +1,5 @@
 import type { Static } from 'elysia'
+import type { ClientDirectory } from './clients.ts'
 import type { Database } from '../lib/db/client.ts'
 import type { grants } from '../lib/db/schema.ts'
 import { OAuthError } from '../lib/errors.ts'
@@ -17,6 +18,8 @@ export const REFRESH_TOKEN_LIFETIME_SECONDS = 30 * 24 * 3600
 
 export interface TokenDeps {
   db: Database
+  /** Where clients are looked up (src/oauth/clients.ts). */
+  clients: ClientDirectory
   signer: TokenSigner
   secretBox: SecretBox
   baseUrl: string

@@ -62,7 +62,7 @@ export async function redeemAuthorizationCode(
   deps: TokenDeps,
   input: { code?: string; clientId?: string; redirectUri?: string; codeVerifier?: string },
 ): Promise<TokenResponse> {
-  const client = await requireClient(deps.db, input.clientId)
+  const client = await requireClient(deps.clients, input.clientId)
   if (!input.code || input.code.length > 256) throw invalidGrant('The authorization code is missing or malformed.')
   const redemption = await deps.db.transaction(async (tx): Promise<Redemption> => {
     const [code] = await tx

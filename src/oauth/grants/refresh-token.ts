@@ -47,7 +47,7 @@ export async function refreshTokenGrant(
   deps: TokenDeps,
   input: { refreshToken?: string; clientId?: string; scope?: string },
 ): Promise<TokenResponse> {
-  const client = await requireClient(deps.db, input.clientId)
+  const client = await requireClient(deps.clients, input.clientId)
   if (!input.refreshToken || input.refreshToken.length > 256) throw invalidGrant('The refresh token is missing or malformed.')
   const tokenHash = sha256Hex(input.refreshToken)
   for (let read = 0; read < 2; read++) {
