@@ -2,7 +2,7 @@ import type { Static } from 'elysia'
 import type { OAuthErrorCode } from '../lib/errors.ts'
 import { isLoopbackHost } from '../lib/loopback.ts'
 import { SCOPES, isScope, splitScope, type Scope } from '../auth/scopes.ts'
-import type { ClientDirectory, OAuthClient } from './clients.ts'
+import { ClientLookupError, type ClientDirectory, type OAuthClient } from './clients.ts'
 import type { AuthorizeQuery } from './schemas.ts'
 
 export const DEFAULT_SCOPE: readonly Scope[] = ['account:read', 'hooks:read', 'hooks:write']
@@ -90,7 +90,13 @@ export async function checkAuthorizationRequest(
   params: AuthorizationParams,
   options: { requireResponseType: boolean },
 ): Promise<AuthorizationCheck> {
-  const client = await clients.find(params.client_id)
+  let client: OAuthClient | null
+  try {
+    client = await clients.find(params.client_id)
+  } catch (error) {
+    if (error instanceof ClientLookupError) return { ok: false, redirect: false, description: error.message }
+    throw error
+  }
   if (!client) return { ok: false, redirect: false, description: 'This application is not registered (unknown client_id).' }
   if (!params.redirect_uri || !matchesRegisteredRedirect(client.redirectUris, params.redirect_uri)) {
     return { ok: false, redirect: false, description: 'The redirect_uri is not one this application registered.' }

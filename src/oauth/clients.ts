@@ -15,7 +15,17 @@ export type ClientRegistration = Static<typeof ClientRegistrationResponse>
 /** The metadata a client is registered with, defaults applied: RFC 7591 §2 names. */
 export type ClientMetadata = Omit<ClientRegistration, 'client_id' | 'client_id_issued_at'>
 
-/** Where the OAuth endpoints look clients up: `find` answers null for a client that does not exist. */
+/**
+ * A client that names itself but cannot be used, with why in words a person can act on (a client
+ * ID metadata document that could not be fetched or is invalid). Shown on an error page at the
+ * authorize endpoint; `invalid_client` at the token endpoints.
+ */
+export class ClientLookupError extends Error {}
+
+/**
+ * Where the OAuth endpoints look clients up: `find` answers null for a client that does not
+ * exist, and throws ClientLookupError for one that names itself but cannot be used.
+ */
 export interface ClientDirectory {
   find(clientId: string | undefined): Promise<OAuthClient | null>
 }
@@ -44,7 +54,13 @@ export const invalidClient = () =>
   new OAuthError(401, 'invalid_client', 'Unknown client_id: register the client again (POST /auth/register).')
 
 export async function requireClient(clients: ClientDirectory, clientId: string | undefined): Promise<OAuthClient> {
-  const client = await clients.find(clientId)
+  let client: OAuthClient | null
+  try {
+    client = await clients.find(clientId)
+  } catch (error) {
+    if (error instanceof ClientLookupError) throw new OAuthError(401, 'invalid_client', error.message)
+    throw error
+  }
   if (!client) throw invalidClient()
   return client
 }
