@@ -4,6 +4,7 @@ import { readJsonBody } from '../lib/http.ts'
 import type { AuthenticateApiKey, Caller } from './authenticator.ts'
 import type { Scope } from './scopes.ts'
 import type { BearerAuthenticator } from './bearer.ts'
+import { insufficientScope, unauthorized as unauthorizedChallenge } from './challenges.ts'
 
 export interface AuthRequirement {
   /** The scope the credential must carry (API keys carry every scope); null: any valid credential. */
@@ -14,6 +15,11 @@ export interface AuthRequirement {
   audiences?: readonly string[]
   /** A check that comes before authentication (MCP's Origin check); throws what the caller sees. */
   before?(request: Request): void
+  /**
+   * The scopes a 401 challenge suggests asking for (its `scope` parameter); default the route's
+   * `scope`. MCP names the scopes of its tools: one endpoint, several operations.
+   */
+  scopeHint?: readonly Scope[]
 }
 
 export interface AuthPluginDeps {
@@ -24,17 +30,24 @@ export interface AuthPluginDeps {
   resourceMetadataUrl: string
 }
 
-function unauthorized(deps: AuthPluginDeps, detail: string, tokenSent: boolean): ApiError {
-  const challenge = tokenSent
-    ? `Bearer resource_metadata="${deps.resourceMetadataUrl}", error="invalid_token", error_description="${detail.replace(/"/g, "'")}"`
-    : `Bearer resource_metadata="${deps.resourceMetadataUrl}"`
-  return new ApiError(401, 'unauthorized', detail, { headers: { 'www-authenticate': challenge } })
+function unauthorized(deps: AuthPluginDeps, requirement: AuthRequirement, detail: string, tokenSent: boolean): ApiError {
+  const scopes = requirement.scopeHint ?? (requirement.scope ? [requirement.scope] : [])
+  return unauthorizedChallenge({ resourceMetadataUrl: deps.resourceMetadataUrl, detail, tokenSent, scopes })
 }
 
-function checkScope(caller: Caller, requirement: AuthRequirement): Caller {
+/**
+ * A bearer token without the route's scope: 403 naming that scope and the metadata to start OAuth
+ * from, so a client can re-authorize for it. Only the scope the endpoint needs (RFC 6750 §3.1);
+ * MCP also names the scopes the token holds (src/mcp/step-up.ts, docs/mcp.md). API keys carry
+ * every scope.
+ */
+function checkScope(deps: AuthPluginDeps, caller: Caller, requirement: AuthRequirement): Caller {
   if (requirement.scope && !caller.scopes.includes(requirement.scope)) {
-    throw new ApiError(403, 'insufficient_scope', `This credential lacks the ${requirement.scope} scope.`, {
-      headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${requirement.scope}"` },
+    throw insufficientScope({
+      resourceMetadataUrl: deps.resourceMetadataUrl,
+      scopes: [requirement.scope],
+      description: `This endpoint needs the ${requirement.scope} scope`,
+      detail: `This credential lacks the ${requirement.scope} scope, which this endpoint needs. Authorize again asking for it (WWW-Authenticate names it).`,
     })
   }
   return caller
@@ -97,23 +110,23 @@ async function identifyCaller(deps: AuthPluginDeps, requirement: AuthRequirement
       throw new ApiError(403, 'forbidden', 'This endpoint acts on the account itself and takes an API key only.')
     }
     const token = BEARER.exec(authorization)?.[1]
-    if (!token) throw unauthorized(deps, 'Send the access token as Authorization: Bearer <token>.', true)
+    if (!token) throw unauthorized(deps, requirement, 'Send the access token as Authorization: Bearer <token>.', true)
     let lastError = 'The access token is invalid.'
     for (const audience of requirement.audiences ?? [deps.baseUrl]) {
       const result = await deps.bearer.authenticate(token, audience)
-      if ('caller' in result) return checkScope(result.caller, requirement)
+      if ('caller' in result) return checkScope(deps, result.caller, requirement)
       lastError = result.error
     }
-    throw unauthorized(deps, lastError, true)
+    throw unauthorized(deps, requirement, lastError, true)
   }
   if (key === undefined) {
     const how = requirement.accepts === 'bearer' ? 'Authorization: Bearer <access token>' : '?key=<API key> or Authorization: Bearer <access token>'
-    throw unauthorized(deps, `Authenticate with ${how}.`, false)
+    throw unauthorized(deps, requirement, `Authenticate with ${how}.`, false)
   }
-  if (requirement.accepts === 'bearer') throw unauthorized(deps, 'This endpoint takes a bearer access token, not an API key.', false)
+  if (requirement.accepts === 'bearer') throw unauthorized(deps, requirement, 'This endpoint takes a bearer access token, not an API key.', false)
   const caller = await deps.authenticateApiKey(key)
-  if (!caller) throw unauthorized(deps, 'The API key is invalid or has been revoked.', false)
-  return checkScope(caller, requirement)
+  if (!caller) throw unauthorized(deps, requirement, 'The API key is invalid or has been revoked.', false)
+  return checkScope(deps, caller, requirement)
 }
 
 /**

@@ -6,6 +6,8 @@ import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
 import type { ToolDeps } from './tools.ts'
 import { isAllowedOrigin } from './origin.ts'
 import { handleMcpPost } from './sdk-server.ts'
+import { MCP_SCOPES } from '../oauth/discovery.ts'
+import { stepUpRefusal } from './step-up.ts'
 
 export interface McpRouteDeps extends ToolDeps, Omit<AuthPluginDeps, 'resourceMetadataUrl'> {
   publicUrl: string
@@ -13,7 +15,7 @@ export interface McpRouteDeps extends ToolDeps, Omit<AuthPluginDeps, 'resourceMe
   allowedOrigins: readonly string[]
 }
 
-/** RFC 9728 metadata of `{base_url}/mcp`, named in every 401 of this endpoint. */
+/** RFC 9728 metadata of `{base_url}/mcp`, named in every 401 and 403 challenge of this endpoint. */
 export const mcpResourceMetadataUrl = (publicUrl: string) => `${publicUrl}/.well-known/oauth-protected-resource/v0/mcp`
 
 /**
@@ -30,7 +32,11 @@ export function mcpRoutes(deps: McpRouteDeps) {
     }
   }
   // The Origin check comes before authentication: a page on another origin learns nothing.
-  const auth = { scope: null, accepts: 'bearer' as const, audiences: [`${deps.baseUrl}/mcp`], before: checkOrigin }
+  // Any MCP-audience token may talk to the server (initialize, tools/list); each tool call needs its
+  // tool's scope, checked below. A 401 suggests the scopes of every tool, those the MCP
+  // protected-resource metadata lists (tests/mcp/step-up.test.ts holds them equal).
+  const auth = { scope: null, accepts: 'bearer' as const, audiences: [`${deps.baseUrl}/mcp`], before: checkOrigin, scopeHint: MCP_SCOPES }
+  const resourceMetadataUrl = mcpResourceMetadataUrl(deps.publicUrl)
   const notAllowed = (method: string) => () => {
     throw new ApiError(405, 'method_not_allowed', `${method} is not used: this MCP server is stateless (no server-initiated stream, no session). Send JSON-RPC with POST.`, {
       headers: { allow: 'POST, OPTIONS' },
@@ -38,10 +44,13 @@ export function mcpRoutes(deps: McpRouteDeps) {
   }
   return new Elysia({ tags: ['MCP'] })
     .use(cors({ '/mcp': ['POST', 'GET', 'DELETE'] }))
-    .use(authPlugin({ ...deps, resourceMetadataUrl: mcpResourceMetadataUrl(deps.publicUrl) }))
+    .use(authPlugin({ ...deps, resourceMetadataUrl }))
     .post(
       '/mcp',
       async ({ caller, request, body }) => {
+        // A tool call the token has no scope for: HTTP 403 with a step-up challenge, before the SDK server runs anything.
+        const refusal = stepUpRefusal(caller, body, resourceMetadataUrl)
+        if (refusal) throw refusal
         const requestId = newId('req')
         const response = await handleMcpPost(deps, caller, request, body, requestId)
         response.headers.set('x-request-id', requestId)

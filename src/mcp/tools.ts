@@ -1,6 +1,6 @@
 import { t, type TSchema } from 'elysia'
-import type { Static } from '@sinclair/typebox'
-import { TransformDecodeError, Value } from '@sinclair/typebox/value'
+import { Kind, TransformKind, type Static } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
 import type { Tool } from '@modelcontextprotocol/sdk/types.js'
 import type { Caller } from '../auth/authenticator.ts'
 import type { Scope } from '../auth/scopes.ts'
@@ -38,8 +38,48 @@ interface ToolDefinition<Input extends TSchema> {
   run(deps: ToolDeps, caller: Caller, input: Static<Input>): Promise<object>
 }
 
+/** Elysia's coercing `t.Integer` / `t.Numeric`: a transform over `anyOf: [numeric string, number]`. */
+function coercedNumber(node: Record<PropertyKey, unknown>): Record<PropertyKey, unknown> | undefined {
+  if (!(TransformKind in node) || !Array.isArray(node.anyOf) || node.anyOf.length !== 2) return undefined
+  const [text, number] = node.anyOf as Record<string, unknown>[]
+  const coercing = text?.type === 'string' && (text.format === 'integer' || text.format === 'numeric')
+  return coercing && (number?.type === 'integer' || number?.type === 'number') ? number : undefined
+}
+
+/**
+ * A REST schema as the tools take and describe it: the same TypeBox schema (one per shape, in
+ * src/hooks/schemas.ts), with what only suits Elysia's HTTP layer taken out, so tools/list is plain
+ * JSON Schema that standard validators read without warnings, and the tools check what they advertise.
+ * - Elysia's `t.Integer` (a string with the non-standard `format: "integer"`, or an integer, decoded
+ *   by a transform: query strings arrive as text) becomes its plain `{ type: "integer", minimum, … }`
+ *   branch. A tool's arguments are JSON, so a number arrives as a number and "5" is refused.
+ * - `default` goes from output schemas (Elysia's `t.UnionEnum` puts its first value there to word its
+ *   errors; it fills nothing in an answer) and from `t.UnionEnum` inputs; a real input default
+ *   (`limit`: 20) stays, it says what the tool does without one.
+ * - `$id` goes: it names OpenAPI components, and would clash between tools in one validator.
+ * TypeBox's symbols are kept, so `Value.Check` runs on the result.
+ */
+export function forAgents<T extends TSchema>(schema: T, use: 'input' | 'output'): T {
+  const rewrite = (node: unknown): unknown => {
+    if (Array.isArray(node)) return node.map(rewrite)
+    if (typeof node !== 'object' || node === null) return node
+    const record = node as Record<PropertyKey, unknown>
+    const source = coercedNumber(record) ?? record
+    const dropDefault = use === 'output' || source[Kind] === 'UnionEnum'
+    const copy: Record<PropertyKey, unknown> = {}
+    for (const key of Object.keys(source)) {
+      if (key === '$id' || (key === 'default' && dropDefault)) continue
+      copy[key] = rewrite(source[key])
+    }
+    for (const symbol of Object.getOwnPropertySymbols(source)) if (symbol !== TransformKind) copy[symbol] = source[symbol]
+    return copy
+  }
+  return rewrite(schema) as T
+}
+
 // Each tool is a thin call into the same service functions the REST routes use.
-const define = <Input extends TSchema>(tool: ToolDefinition<Input>) => tool as unknown as ToolDefinition<TSchema>
+const define = <Input extends TSchema>(tool: ToolDefinition<Input>) =>
+  ({ ...tool, input: forAgents(tool.input, 'input'), output: forAgents(tool.output, 'output') }) as unknown as ToolDefinition<TSchema>
 
 export const TOOLS = [
   define({
@@ -163,9 +203,9 @@ export const TOOLS = [
   }),
 ]
 
-/** A TypeBox schema as plain JSON Schema for MCP clients: no TypeBox symbols, no OpenAPI `$id`s. */
+/** A tool's TypeBox schema (already through forAgents) as the JSON that tools/list sends: TypeBox's symbols do not survive JSON. */
 export function toJsonSchema(schema: TSchema): Record<string, unknown> {
-  return JSON.parse(JSON.stringify(schema), (key, value) => (key === '$id' ? undefined : value))
+  return JSON.parse(JSON.stringify(schema))
 }
 
 /** The tools as tools/list describes them. */
@@ -178,31 +218,19 @@ export const TOOL_LIST: Tool[] = TOOLS.map((tool) => ({
   annotations: { title: tool.title, ...tool.annotations },
 }))
 
-/**
- * The checked input as the service takes it. Elysia's `t.Integer` (rate_limit_per_s, limit) also
- * admits a numeric string, and only decoding turns it into a number and checks the bounds: without
- * it "0" or "99999" would pass the check and be stored. REST decodes too, so both take "5" and refuse "0".
- */
-function decodeInput(schema: TSchema, input: unknown): unknown {
-  try {
-    return Value.Decode(schema, input)
-  } catch (error) {
-    if (!(error instanceof TransformDecodeError)) throw error
-    const reason = (error.error as { valueError?: { message?: string } } | undefined)?.valueError?.message ?? 'Expected a valid value'
-    throw validationFailed([{ path: error.path || '/', message: reason }])
-  }
-}
-
 export type ToolOutcome = { ok: true; result: Record<string, unknown> } | { ok: false; error: ApiError }
 
 /**
- * Runs a tool for a caller: the scope check, the input check against the same schema REST uses,
- * then the service call. Failures are ApiErrors, reported to the model as tool errors.
+ * Runs a tool for a caller: the scope check, the input check against the schema tools/list
+ * advertises (REST's, through forAgents), then the service call. Failures are ApiErrors, reported
+ * to the model as tool errors.
  */
 export async function callTool(deps: ToolDeps, caller: Caller, name: string, args: unknown): Promise<ToolOutcome | null> {
   const tool = TOOLS.find((candidate) => candidate.name === name)
   if (!tool) return null
   try {
+    // Not reached over HTTP: src/mcp/routes.ts answers such a call 403 (step-up) before the SDK
+    // server sees it. Kept so that no path runs a tool for a caller without its scope.
     if (!caller.scopes.includes(tool.scope)) {
       throw new ApiError(403, 'insufficient_scope', `This access token lacks the ${tool.scope} scope, which ${tool.name} needs. Ask the user to authorize it.`)
     }
@@ -210,7 +238,7 @@ export async function callTool(deps: ToolDeps, caller: Caller, name: string, arg
     if (!Value.Check(tool.input, input)) {
       throw validationFailed([...Value.Errors(tool.input, input)].slice(0, 20).map((error) => ({ path: error.path || '/', message: describeSchemaViolation(error) })))
     }
-    return { ok: true, result: (await tool.run(deps, caller, decodeInput(tool.input, input))) as Record<string, unknown> }
+    return { ok: true, result: (await tool.run(deps, caller, input)) as Record<string, unknown> }
   } catch (error) {
     if (error instanceof ApiError) return { ok: false, error }
     throw error

@@ -1,77 +1,13 @@
 import { describe, expect, test } from 'bun:test'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
-import { UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js'
-import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js'
-import { startTestServer, type TestServer } from '../support/server.ts'
-import { REDIRECT_URI, flowFixture, postJson, signIn, type Fixture } from '../oauth/support.ts'
-import { connectWithToken as connectTo, expectScopeRefused, problemOf, tokenFor as tokenOn, type ToolResult } from '../support/mcp.ts'
+import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js'
+import { startTestServer } from '../support/server.ts'
+import { flowFixture, postJson, type Fixture } from '../oauth/support.ts'
+import { TestOAuthProvider, connectWithToken as connectTo, expectScopeRefused, problemOf, tokenFor as tokenOn, type ToolResult } from '../support/mcp.ts'
 
 const server = await startTestServer({ env: { MCP_ALLOWED_ORIGINS: 'https://agent.example' } })
 const mcpUrl = `${server.config.baseUrl}/mcp`
-
-/**
- * The SDK's OAuth client, with the browser step played by the test: the consent page's
- * `POST /v0/auth/authorize` with the signed-in user's id_token, as the page itself would send it.
- */
-class TestOAuthProvider implements OAuthClientProvider {
-  client?: OAuthClientInformationMixed
-  saved?: OAuthTokens
-  verifier = ''
-  code?: string
-  authorizationUrl?: URL
-  constructor(
-    private readonly server: TestServer,
-    private readonly fixture: Fixture,
-  ) {}
-  get redirectUrl() {
-    return REDIRECT_URI
-  }
-  get clientMetadata(): OAuthClientMetadata {
-    return {
-      client_name: 'MCP SDK test client',
-      redirect_uris: [REDIRECT_URI],
-      grant_types: ['authorization_code', 'refresh_token'],
-      response_types: ['code'],
-      token_endpoint_auth_method: 'none',
-      scope: 'hooks:read hooks:write',
-    }
-  }
-  clientInformation() {
-    return this.client
-  }
-  saveClientInformation(client: OAuthClientInformationMixed) {
-    this.client = client
-  }
-  tokens() {
-    return this.saved
-  }
-  saveTokens(tokens: OAuthTokens) {
-    this.saved = tokens
-  }
-  saveCodeVerifier(verifier: string) {
-    this.verifier = verifier
-  }
-  codeVerifier() {
-    return this.verifier
-  }
-  async redirectToAuthorization(url: URL) {
-    this.authorizationUrl = url
-    const query = url.searchParams
-    const consent = await postJson(this.server, '/v0/auth/authorize', {
-      client_id: query.get('client_id'),
-      redirect_uri: query.get('redirect_uri'),
-      id_token: await signIn(this.server, this.fixture),
-      code_challenge: query.get('code_challenge'),
-      code_challenge_method: query.get('code_challenge_method'),
-      ...(query.get('state') ? { state: query.get('state') } : {}),
-      ...(query.get('scope') ? { scope: query.get('scope') } : {}),
-      ...(query.get('resource') ? { resource: query.get('resource') } : {}),
-    })
-    expect(consent.status).toBe(200)
-    this.code = ((await consent.json()) as { code: string }).code
-  }
-}
 
 const tokenFor = (fixture: Fixture, options: { scope?: string; resource?: string }) => tokenOn(server, fixture, options)
 const connectWithToken = (token: string) => connectTo(server, token)

@@ -209,20 +209,19 @@ describe('update_webhook', () => {
     }
     const http = await agent.fails('update_webhook', { hook_id: hook.id, target_url: 'http://hooks.example.com/' })
     expect(http.errors).toEqual([{ path: '/target_url', message: 'must use https' }])
-    // A numeric string is an integer to Elysia's schema (REST takes "5"), but its bounds hold all the same.
-    const numericStrings: [string, string][] = [['0', 'greater or equal to 1'], ['10001', 'less or equal to 10000'], ['-3', 'greater or equal to 1']]
-    for (const [rate, message] of numericStrings) {
+    // A numeric string is not an integer to the tools (tools/list says integer; tests/mcp/schemas.test.ts),
+    // whatever its value; REST, which reads "5" as 5, refuses the out-of-range ones all the same.
+    for (const rate of ['0', '10001', '-3', '5']) {
       const problem = await agent.fails('update_webhook', { hook_id: hook.id, rate_limit_per_s: rate })
       expect(problem).toMatchObject({ status: 422, code: 'validation_failed' })
       expect(problem.errors).toHaveLength(1)
       expect(problem.errors![0]!.path).toBe('/rate_limit_per_s')
-      expect(problem.errors![0]!.message).toContain(message)
-      expect((await rest(alice, 'PATCH', `/hooks/${hook.id}`, { rate_limit_per_s: rate })).status).toBe(422)
+      if (rate !== '5') expect((await rest(alice, 'PATCH', `/hooks/${hook.id}`, { rate_limit_per_s: rate })).status).toBe(422)
     }
     expect((await agent.fails('create_webhook', { event: 'message.inbound', target_url: `${receiver.origin}/zero`, rate_limit_per_s: '0' })).errors![0]!.path).toBe('/rate_limit_per_s')
     expect(await agent.ok('get_webhook', { hook_id: hook.id })).toMatchObject({ status: 'active', target_url: `${receiver.origin}/patch-errors`, rate_limit_per_s: null })
     expect((await agent.ok('list_webhooks', { limit: 100 })).data.map((item: { target_url: string }) => item.target_url)).not.toContain(`${receiver.origin}/zero`)
-    expect((await agent.ok('update_webhook', { hook_id: hook.id, rate_limit_per_s: '5' })).rate_limit_per_s).toBe(5)
+    expect((await agent.ok('update_webhook', { hook_id: hook.id, rate_limit_per_s: 5 })).rate_limit_per_s).toBe(5)
   })
 })
 
