@@ -36,7 +36,7 @@ describe('GET /v0/account', () => {
     const response = await server.fetch('/v0/account')
     await expectProblem(response, 401, 'unauthorized')
     expect(response.headers.get('www-authenticate')).toBe(
-      `Bearer resource_metadata="${server.origin}/.well-known/oauth-protected-resource/v0"`,
+      `Bearer resource_metadata="${server.origin}/.well-known/oauth-protected-resource/v0", scope="account:read"`,
     )
   })
 

@@ -257,7 +257,9 @@ describe('revocation and scopes', () => {
     const { tokens } = await authorizeAndRedeem(server, fixture, { scope: 'hooks:read' })
     const response = await server.fetch('/v0/account', bearer(tokens.access_token))
     expect(response.status).toBe(403)
-    expect(response.headers.get('www-authenticate')).toBe('Bearer error="insufficient_scope", scope="account:read"')
+    expect(response.headers.get('www-authenticate')).toBe(
+      `Bearer error="insufficient_scope", scope="account:read", resource_metadata="${server.origin}/.well-known/oauth-protected-resource/v0", error_description="This endpoint needs the account:read scope"`,
+    )
     expect((await response.json()).code).toBe('insufficient_scope')
   })
 
