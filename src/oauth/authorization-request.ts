@@ -1,9 +1,10 @@
 import type { Static } from 'elysia'
+import { Value } from '@sinclair/typebox/value'
 import type { OAuthErrorCode } from '../lib/errors.ts'
 import { isLoopbackHost } from '../lib/loopback.ts'
 import { SCOPES, isScope, splitScope, type Scope } from '../auth/scopes.ts'
 import { ClientLookupError, type ClientDirectory, type OAuthClient } from './clients.ts'
-import type { AuthorizeQuery } from './schemas.ts'
+import { AuthorizeQuery } from './schemas.ts'
 
 export const DEFAULT_SCOPE: readonly Scope[] = ['account:read', 'hooks:read', 'hooks:write']
 
@@ -26,6 +27,51 @@ export type AuthorizationCheck =
   | { ok: false; redirect: false; description: string }
   /** Anything else: sent back to the client's (verified) redirect URI. */
   | { ok: false; redirect: true; redirectUri: string; state: string | undefined; error: OAuthErrorCode; description: string }
+
+/** RFC 8707 §2: `resource` may be given several times; any other parameter only once (RFC 6749 §3.1). */
+const REPEATABLE_PARAMETERS: ReadonlySet<string> = new Set(['resource'])
+const KNOWN_PARAMETERS: ReadonlySet<string> = new Set(Object.keys(AuthorizeQuery.properties))
+const MAX_NAME_SHOWN = 64
+const resourceSchema = AuthorizeQuery.properties.resource as unknown as { anyOf: [{ maxLength: number }, { maxItems: number }] }
+const MAX_RESOURCE_LENGTH = resourceSchema.anyOf[0].maxLength
+const MAX_RESOURCES = resourceSchema.anyOf[1].maxItems
+
+export type AuthorizationQueryReading = { ok: true; params: AuthorizationParams } | { ok: false; description: string }
+
+/**
+ * The parameters of GET /auth/authorize, read from the query as sent (RFC 6749 §3.1): a
+ * parameter sent twice (other than `resource`) is refused, whatever it is, because two
+ * readers could each take a different copy; one sent without a value is treated as omitted;
+ * one the service does not know (`prompt`, `nonce`, …) is ignored; the known ones are held to
+ * AuthorizeQuery. Elysia's own query parser keeps the last of repeated values silently, which
+ * is why the route reads the URL itself.
+ */
+export function readAuthorizationQuery(query: URLSearchParams): AuthorizationQueryReading {
+  const seen = new Set<string>()
+  const params: Record<string, string | string[]> = {}
+  const resources: string[] = []
+  for (const [name, value] of query) {
+    if (seen.has(name) && !REPEATABLE_PARAMETERS.has(name)) {
+      const shown = name.length > MAX_NAME_SHOWN ? `${name.slice(0, MAX_NAME_SHOWN)}…` : name
+      return { ok: false, description: `The ${shown} parameter is sent more than once; an authorization request may name each parameter only once (RFC 6749 §3.1).` }
+    }
+    seen.add(name)
+    if (!KNOWN_PARAMETERS.has(name) || value === '') continue
+    if (name === 'resource') resources.push(value)
+    else params[name] = value
+  }
+  if (resources.length > MAX_RESOURCES) return { ok: false, description: `The resource parameter may be sent at most ${MAX_RESOURCES} times.` }
+  if (resources.length > 0) params.resource = resources.length === 1 ? resources[0]! : resources
+  for (const [name, value] of Object.entries(params)) {
+    const longest = name === 'resource' ? MAX_RESOURCE_LENGTH : (AuthorizeQuery.properties[name as keyof typeof AuthorizeQuery.properties] as { maxLength: number }).maxLength
+    if ((Array.isArray(value) ? value : [value]).some((one) => one.length > longest)) {
+      return { ok: false, description: `The ${name} parameter must be at most ${longest} characters.` }
+    }
+  }
+  // What the checks above cannot have missed, unless the schema and this reader drift apart.
+  if (!Value.Check(AuthorizeQuery, params)) return { ok: false, description: 'The authorization request is malformed.' }
+  return { ok: true, params: params as AuthorizationParams }
+}
 
 // RFC 7636 §4.2: an S256 challenge is the base64url SHA-256 of the verifier: 43 characters.
 const S256_CHALLENGE = /^[A-Za-z0-9_-]{43}$/
@@ -87,9 +133,11 @@ export function parseResource(raw: string | string[] | undefined, baseUrl: strin
 export async function checkAuthorizationRequest(
   clients: ClientDirectory,
   baseUrl: string,
-  params: AuthorizationParams,
+  given: AuthorizationParams,
   options: { requireResponseType: boolean },
 ): Promise<AuthorizationCheck> {
+  // RFC 6749 §3.1: a parameter without a value is treated as omitted (the query reader drops them already).
+  const params = Object.fromEntries(Object.entries(given).filter(([, value]) => value !== '')) as AuthorizationParams
   let client: OAuthClient | null
   try {
     client = await clients.find(params.client_id)

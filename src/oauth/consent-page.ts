@@ -18,6 +18,10 @@ const scriptJson = (value: unknown) => JSON.stringify(value).replace(/</g, '\\u0
 export interface ConsentPageInput {
   nonce: string
   clientName: string
+  /** Set for a client whose id is the URL of its client ID metadata document: that URL's host. */
+  metadataDocumentHost?: string
+  /** Every redirect URI of the client is on the user's device (loopback or private-use scheme). */
+  runsOnDevice: boolean
   redirectHost: string
   scopes: Scope[]
   /** The POST /auth/authorize body, less the id_token the page obtains by signing in. */
@@ -37,8 +41,23 @@ const STYLE = `
   button[type=submit] { background: #3451b2; color: #fff; }
   a.button { color: #3451b2; background: #fff; }
   .error { color: #b3261e; min-height: 1.5rem; }
-  .host { font-family: ui-monospace, monospace; }
+  .host { font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
+  .note { color: #4a5365; font-size: .9rem; margin-top: -.5rem; }
 `
+
+/**
+ * What the page can say about who the client is, beyond the name it gave itself: where its
+ * metadata came from (a client ID metadata document's host, which that site vouches for) and
+ * whether it runs on this device (every redirect URI is a loopback or private-use one).
+ */
+function clientFacts(input: ConsentPageInput): string {
+  let facts = ''
+  if (input.metadataDocumentHost !== undefined) {
+    facts += `  <p class="note" id="client-source">(client metadata from <span class="host">${escapeHtml(input.metadataDocumentHost)}</span>)</p>\n`
+  }
+  if (input.runsOnDevice) facts += '  <p id="runs-on-device">This app runs on your device.</p>\n'
+  return facts
+}
 
 /** The page a user sees at GET /auth/authorize: who asks, for what, sign in, Allow or Deny. */
 export function renderConsentPage(input: ConsentPageInput): string {
@@ -55,7 +74,7 @@ export function renderConsentPage(input: ConsentPageInput): string {
 <body>
 <main>
   <h1><strong id="client-name">${escapeHtml(input.clientName)}</strong> wants to access your messaging account</h1>
-  <p>It will be able to:</p>
+${clientFacts(input)}  <p>It will be able to:</p>
   <ul id="scopes">${scopeItems}</ul>
   <p>After you decide, you will be sent to <span class="host" id="redirect-host">${escapeHtml(input.redirectHost)}</span>.</p>
   <form id="consent">
@@ -99,12 +118,34 @@ export function renderConsentPage(input: ConsentPageInput): string {
 </html>`
 }
 
-export function renderErrorPage(nonce: string, message: string): string {
+export interface ErrorPageInput {
+  nonce: string
+  /** What went wrong, in words. */
+  message: string
+  /** The OAuth error code the client would get (RFC 6749 §4.1.2.1), when there is one. */
+  error?: string
+  /** A link back to the client carrying the error (its redirect URI with error, state and iss), for the user to follow or not. */
+  returnTo?: { href: string; destination: string }
+}
+
+/**
+ * The page for a request that cannot go on. With `returnTo`, the error was meant for the client
+ * but its redirect URI is on the web: the page explains, and the user chooses whether to follow
+ * the link there (RFC 9700 §4.11.2), which names where it goes.
+ */
+export function renderErrorPage(input: ErrorPageInput): string {
+  const code = input.error === undefined ? '' : `<p>Error code: <code id="error-code">${escapeHtml(input.error)}</code></p>`
+  const next = input.returnTo
+    ? `<p>The application that sent you here can be told what went wrong at <span class="host" id="return-host">${escapeHtml(input.returnTo.destination)}</span>. ` +
+      'Follow the link only if you meant to use that application.</p>\n' +
+      `<div class="actions"><a class="button" id="return" href="${escapeHtml(input.returnTo.href)}">Return to ${escapeHtml(input.returnTo.destination)}</a></div>`
+    : '<p>Return to the application and try again, or contact its developer.</p>'
   return `<!doctype html>
 <html lang="en">
-<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>Authorization error</title>
-<style nonce="${nonce}">${STYLE}</style></head>
-<body><main><h1>This authorization request cannot go on</h1><p class="error" id="error">${escapeHtml(message)}</p>
-<p>Return to the application and try again, or contact its developer.</p></main></body>
+<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><meta name="referrer" content="no-referrer"><title>Authorization error</title>
+<style nonce="${input.nonce}">${STYLE}</style></head>
+<body><main><h1>This authorization request cannot go on</h1><p class="error" id="error">${escapeHtml(input.message)}</p>
+${code}
+${next}</main></body>
 </html>`
 }

@@ -7,26 +7,39 @@ import { countHit, type RateLimitWindow } from '../lib/rate-limit.ts'
 import { SCOPES, isScope, splitScope } from '../auth/scopes.ts'
 import { cors } from '../lib/cors.ts'
 import { storeClient, type ClientMetadata } from './clients.ts'
-import { ClientRegistrationRequest, ClientRegistrationResponse, GRANT_TYPES, MAX_REDIRECT_URI_LENGTH, OAuthErrorSchema, RESPONSE_TYPES } from './schemas.ts'
+import { ApplicationType, ClientRegistrationRequest, ClientRegistrationResponse, GRANT_TYPES, MAX_REDIRECT_URI_LENGTH, OAuthErrorSchema, RESPONSE_TYPES } from './schemas.ts'
 import { oauthWireFormat } from './wire-format.ts'
 
 export type ClientRegistrationRequestBody = Static<typeof ClientRegistrationRequest>
+type ApplicationTypeValue = Static<typeof ApplicationType>
 
 /** Registration is open, so it is the cheapest way to fill the database: 20 per client address per hour. */
 export const REGISTRATION_RATE_LIMIT: RateLimitWindow = { limit: 20, windowSeconds: 3600 }
 export const registrationRateLimitKey = (clientAddress: string) => `register:ip:${clientAddress}`
 
+const invalidMetadata = (description: string) => new OAuthError(400, 'invalid_client_metadata', description)
+
 // RFC 3986 characters only: no spaces, control characters, backslashes or raw non-ASCII, which
 // URL parsers repair or reinterpret silently (WHATWG drops tabs and reads `\` as `/`).
 const URI_CHARACTERS = /^[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%]+$/
 const USERINFO = /^[a-z][a-z0-9+.-]*:\/\/[^/?]*@/i
-/** Schemes that run code, read local data or are no place to send an authorization code. */
-const FORBIDDEN_SCHEMES = new Set(['javascript', 'vbscript', 'data', 'blob', 'file', 'filesystem', 'about', 'view-source', 'ws', 'wss', 'ftp', 'mailto', 'tel', 'sms'])
+/**
+ * Schemes that run code (`javascript`, `vbscript`), read local or in-memory data (`file`, `data`,
+ * `blob`, `filesystem`, `jar`, `view-source`), open another app or protocol with the code in hand
+ * (`intent`, `mailto`, `tel`, `sms`, `ws(s)`, `ftp`) or name no place at all (`about`, `urn`: no
+ * out-of-band flow). Every scheme starting with `chrome` (chrome:, chrome-extension:,
+ * chrome-untrusted:, …) belongs to the browser itself and is refused too.
+ */
+const FORBIDDEN_SCHEMES = new Set([
+  'javascript', 'vbscript', 'data', 'blob', 'file', 'filesystem', 'jar', 'view-source', 'about', 'urn',
+  'intent', 'ws', 'wss', 'ftp', 'mailto', 'tel', 'sms',
+])
+const isForbiddenScheme = (scheme: string) => FORBIDDEN_SCHEMES.has(scheme) || scheme.startsWith('chrome')
 
 /**
  * Why a redirect URI cannot be registered, or null if it can: https; http on a loopback host
  * only (RFC 8252 §7.3); or a private-use scheme (RFC 8252 §7.1, `com.example.app:/cb`,
- * `cursor://…`) that is not in FORBIDDEN_SCHEMES. Never a fragment (RFC 6749 §3.1.2), never
+ * `cursor://…`) that is not a forbidden one. Never a fragment (RFC 6749 §3.1.2), never
  * userinfo (`https://trusted@evil.example` reads as trusted to a person).
  */
 export function redirectUriProblem(uri: string): string | null {
@@ -50,12 +63,72 @@ export function redirectUriProblem(uri: string): string | null {
     if (isLoopbackHost(writtenHost) && isLoopbackHost(url.hostname)) return null
     return 'may use http only with a loopback host (127.0.0.1, [::1] or localhost); use https'
   }
-  if (FORBIDDEN_SCHEMES.has(scheme)) return `must not use the ${scheme}: scheme`
+  if (isForbiddenScheme(scheme)) return `must not use the ${scheme}: scheme`
   if (uri.length === url.protocol.length) return 'has a scheme and nothing after it'
   return null
 }
 
-const invalidMetadata = (description: string) => new OAuthError(400, 'invalid_client_metadata', description)
+/**
+ * True when a redirect URI leads back to the user's own device: a loopback host (http or https,
+ * RFC 8252 §7.3) or a private-use scheme (RFC 8252 §7.1) that is not a forbidden one. Such a
+ * redirect cannot carry the user to a site elsewhere, so it is where an error may be sent
+ * without a page in between (RFC 9700 §4.11.2), what makes a client `native`, and what the
+ * consent page calls "runs on your device". False for web URLs and for anything unparseable.
+ */
+export function isOnDeviceRedirect(uri: string): boolean {
+  let url: URL
+  try {
+    url = new URL(uri)
+  } catch {
+    return false
+  }
+  const scheme = url.protocol.slice(0, -1)
+  if (scheme === 'http' || scheme === 'https') return isLoopbackHost(url.hostname)
+  return !isForbiddenScheme(scheme)
+}
+
+/**
+ * The `application_type` of a registration (OpenID Connect Registration 1.0 §2; the MCP
+ * authorization spec has clients send it): `web` may hold only web redirects (https on a
+ * non-loopback host), never one on the device; `native` may hold any redirect URI the rules
+ * allow, claimed https URLs included (RFC 8252 §7.2: VS Code registers `https://vscode.dev/redirect`
+ * next to its loopback ones, as `native`). Absent, it is derived: `native` when any redirect
+ * URI is on the device, else `web`, the one value that fits the URIs given.
+ */
+function applicationTypeFor(requested: ApplicationTypeValue | undefined, redirectUris: readonly string[]): ApplicationTypeValue {
+  const onDevice = redirectUris.findIndex(isOnDeviceRedirect)
+  if (requested === undefined) return onDevice === -1 ? 'web' : 'native'
+  if (requested === 'web' && onDevice !== -1) {
+    throw invalidMetadata(
+      `application_type: web clients may use only https redirect URIs on a web host, and redirect_uris/${onDevice} (${redirectUris[onDevice]}) ` +
+        'leads to a loopback host or a private-use scheme on the user\'s device, which only native clients may use (OpenID Connect Registration 1.0 §2). ' +
+        'Register with application_type native, or leave application_type out.',
+    )
+  }
+  return requested
+}
+
+// Characters a name shown to a person must not hold: C0 and C1 controls and DEL (terminals and
+// log viewers act on them), line and paragraph separators (the name is one line), and the
+// bidirectional formatting characters (U+202A–U+202E embeddings and overrides, U+2066–U+2069
+// isolates, U+200E/U+200F marks, U+061C the Arabic letter mark), which can make the name read,
+// on the consent page, as something other than the characters it holds ("Trojan Source").
+const CLIENT_NAME_CONTROLS = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/
+const CLIENT_NAME_BIDI = /[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]/
+
+/** Why a client_name cannot be registered, or null if it can. */
+export function clientNameProblem(name: string): string | null {
+  const control = CLIENT_NAME_CONTROLS.exec(name)
+  if (control) return `must not contain control characters (U+${codePoint(control[0])} at position ${control.index})`
+  const bidi = CLIENT_NAME_BIDI.exec(name)
+  if (bidi) {
+    return `must not contain bidirectional formatting characters (U+${codePoint(bidi[0])} at position ${bidi.index}), which can make the name read differently from what it is`
+  }
+  if (name.trim() === '') return 'must contain a visible character'
+  return null
+}
+
+const codePoint = (char: string) => char.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')
 
 /** `scope` as a set of known scopes, in the order given, one space apart. */
 function normalizeScope(scope: string): string {
@@ -82,12 +155,17 @@ export function validateClientMetadata(request: ClientRegistrationRequestBody): 
   if (!grantTypes.includes('authorization_code')) {
     throw invalidMetadata('grant_types: must include authorization_code, the grant that goes with the code response type.')
   }
+  if (request.client_name !== undefined) {
+    const problem = clientNameProblem(request.client_name)
+    if (problem) throw invalidMetadata(`client_name ${problem}.`)
+  }
+  const redirectUris = [...new Set(request.redirect_uris)]
   const metadata: ClientMetadata = {
-    redirect_uris: [...new Set(request.redirect_uris)],
+    redirect_uris: redirectUris,
     grant_types: grantTypes,
     response_types: [...new Set(request.response_types ?? RESPONSE_TYPES)],
     token_endpoint_auth_method: request.token_endpoint_auth_method ?? 'none',
-    application_type: request.application_type ?? 'web',
+    application_type: applicationTypeFor(request.application_type, redirectUris),
   }
   if (request.client_name !== undefined) metadata.client_name = request.client_name
   if (request.scope !== undefined) metadata.scope = normalizeScope(request.scope)

@@ -1,6 +1,5 @@
 import { t } from 'elysia'
 import { Type } from '@sinclair/typebox'
-import { PersonName } from '../lib/text.ts'
 import { SCOPES } from '../auth/scopes.ts'
 
 export const MAX_REDIRECT_URIS = 10
@@ -13,7 +12,11 @@ export const RESPONSE_TYPES = ['code'] as const
 
 export const GrantType = t.Union([t.Literal('authorization_code'), t.Literal('refresh_token')])
 export const ResponseType = t.Literal('code')
-export const ApplicationType = t.Union([t.Literal('web'), t.Literal('native')], { description: 'Default `web`.' })
+export const ApplicationType = t.Union([t.Literal('web'), t.Literal('native')], {
+  description:
+    '`native`: an app on the user\'s device (loopback or private-use-scheme redirect URIs, and claimed https URLs); `web`: https redirect URIs on a web host only. ' +
+    'Default: `native` when any redirect URI is on the device, else `web`.',
+})
 
 const scopeDescription = `Space-separated scopes, each one of: ${SCOPES.join(', ')}.`
 
@@ -31,9 +34,16 @@ export const ClientRegistrationRequest = t.Object(
       maxItems: MAX_REDIRECT_URIS,
       description:
         `Where the user may be sent back, each at most ${MAX_REDIRECT_URI_LENGTH} characters, no fragment, no userinfo: ` +
-        'https; http only on a loopback host (127.0.0.1, [::1], localhost); or a private-use scheme such as `com.example.app:/cb`.',
+        'https; http only on a loopback host (127.0.0.1, [::1], localhost); or a private-use scheme such as `com.example.app:/cb` ' +
+        '(never javascript, vbscript, data, blob, file, filesystem, jar, view-source, about, urn, intent, ws, wss, ftp, mailto, tel, sms, nor any scheme starting with chrome).',
     }),
-    client_name: t.Optional(PersonName({ maxLength: MAX_CLIENT_NAME_LENGTH, description: 'Shown to the user on the consent page: one line, no control characters.' })),
+    client_name: t.Optional(
+      t.String({
+        maxLength: MAX_CLIENT_NAME_LENGTH,
+        description:
+          'Shown to the user on the consent page: one line with a visible character; no control characters and no bidirectional formatting characters (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C).',
+      }),
+    ),
     scope: t.Optional(t.String({ minLength: 1, maxLength: MAX_SCOPE_LENGTH, description: scopeDescription })),
     grant_types: t.Optional(
       t.Array(GrantType, { minItems: 1, description: 'Default `["authorization_code", "refresh_token"]`.' }),
@@ -166,18 +176,51 @@ export const PublicJwk = t.Object(
 /** RFC 7517 §5: a JWK set. */
 export const JwkSet = t.Object({ keys: t.Array(PublicJwk) }, { title: 'JwkSet' })
 
-/** RFC 6749 §4.1.1 (with PKCE and RFC 8707 `resource`): the query of GET /auth/authorize. */
-export const AuthorizeQuery = t.Object({
-  client_id: t.Optional(t.String({ maxLength: 256 })),
-  redirect_uri: t.Optional(t.String({ maxLength: 2048 })),
-  response_type: t.Optional(t.String({ maxLength: 64 })),
-  state: t.Optional(t.String({ maxLength: 4096 })),
-  code_challenge: t.Optional(t.String({ maxLength: 256 })),
-  code_challenge_method: t.Optional(t.String({ maxLength: 32 })),
-  scope: t.Optional(t.String({ maxLength: 512 })),
-  resource: t.Optional(t.Union([t.String({ maxLength: 2048 }), t.Array(t.String({ maxLength: 2048 }), { maxItems: 4 })])),
+const Resource = t.Union([t.String({ maxLength: 2048 }), t.Array(t.String({ maxLength: 2048 }), { maxItems: 4 })], {
+  description: 'RFC 8707: `{base_url}` and/or `{base_url}/mcp` (the parameter may be repeated); omitted means both.',
 })
 
+/**
+ * RFC 6749 §4.1.1 (with PKCE and RFC 8707 `resource`): the parameters of GET /auth/authorize
+ * that the service reads. Every other parameter (`prompt`, `nonce`, …) is ignored (RFC 6749
+ * §3.1). All optional here: what is missing or wrong is reported on the error page or to the
+ * client, never as a schema failure; `readAuthorizationQuery` applies this schema to the query.
+ */
+export const AuthorizeQuery = t.Object(
+  {
+    client_id: t.Optional(t.String({ maxLength: 256, description: 'A registered client.' })),
+    redirect_uri: t.Optional(t.String({ maxLength: 2048, description: 'Exactly one the client registered (a loopback http URI may use any port).' })),
+    response_type: t.Optional(t.String({ maxLength: 64, description: '`code`.' })),
+    state: t.Optional(t.String({ maxLength: 4096, description: 'Returned untouched; at most 2048 characters.' })),
+    code_challenge: t.Optional(t.String({ maxLength: 256, description: 'base64url SHA-256 of the code verifier: 43 characters.' })),
+    code_challenge_method: t.Optional(t.String({ maxLength: 32, description: '`S256`.' })),
+    scope: t.Optional(t.String({ maxLength: 512, description: scopeDescription })),
+    resource: t.Optional(Resource),
+  },
+  { additionalProperties: true },
+)
+
+const REQUIRED_AUTHORIZE_PARAMETERS: ReadonlySet<string> = new Set(['client_id', 'redirect_uri', 'response_type', 'code_challenge', 'code_challenge_method'])
+
+/**
+ * The query of GET /auth/authorize as OpenAPI parameter objects. The route reads its query
+ * itself (to see repeated parameters, which Elysia's parser folds into one), so the schema
+ * reaches the OpenAPI document through `detail.parameters`.
+ */
+export const authorizeQueryParameters = Object.entries(AuthorizeQuery.properties).map(([name, schema]) => {
+  const { description, ...rest } = schema as { description?: string } & Record<string, unknown>
+  return {
+    name,
+    in: 'query' as const,
+    required: REQUIRED_AUTHORIZE_PARAMETERS.has(name),
+    description,
+    // A repeated `resource` is an array in the query (form style, exploded: resource=a&resource=b).
+    ...(name === 'resource' ? { style: 'form' as const, explode: true, schema: { type: 'array' as const, items: { type: 'string' as const, maxLength: 2048 }, maxItems: 4 } } : { schema: rest }),
+  }
+})
+
+// Unknown members are ignored, as at GET (RFC 6749 §3.1): the consent page sends only these,
+// other callers may send what their library adds.
 export const AuthorizeBody = t.Object(
   {
     client_id: t.String({ maxLength: 256 }),
@@ -187,9 +230,9 @@ export const AuthorizeBody = t.Object(
     code_challenge_method: t.String({ maxLength: 32 }),
     state: t.Optional(t.String({ maxLength: 2048 })),
     scope: t.Optional(t.String({ maxLength: 512 })),
-    resource: t.Optional(t.Union([t.String({ maxLength: 2048 }), t.Array(t.String({ maxLength: 2048 }), { maxItems: 4 })])),
+    resource: t.Optional(Resource),
   },
-  { additionalProperties: false },
+  { additionalProperties: true },
 )
 
 export const AuthorizeResult = t.Object({

@@ -53,6 +53,7 @@ test.if(runs)('sign in and Allow: the browser lands on the redirect URI with cod
   const { page, verifier } = await openConsentPage('browser-allow')
   expect(await page.textContent('#client-name')).toBe('Browser <b>Client</b>')
   expect(await page.textContent('#redirect-host')).toBe(`127.0.0.1:${receiver.port}`)
+  expect(await page.textContent('#runs-on-device')).toBe('This app runs on your device.')
   expect(await page.locator('#scopes li').allTextContents()).toEqual(["See your account's name and id", 'See your webhook subscriptions and their delivery logs'])
 
   await page.fill('#email', fixture.email)
@@ -100,5 +101,24 @@ test.if(runs)('the page cannot be framed', async () => {
   const frame = page.frames().find((candidate) => candidate !== page.mainFrame())
   const framedText = frame ? await frame.evaluate(() => document.body?.innerText ?? '').catch(() => '') : ''
   expect(framedText).not.toContain('wants to access your messaging account')
+  await page.close()
+})
+
+test.if(runs)('an error for a web redirect URI: the browser stays on an error page whose link back carries the error', async () => {
+  browser ??= await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking'] })
+  const registered = await postJson(server, '/v0/auth/register', { client_name: 'Web app', redirect_uris: ['https://app.example.invalid/cb'] })
+  const { client_id: webClient } = await registered.json()
+  const page = await browser.newPage()
+  const url = `${server.origin}/v0/auth/authorize?${new URLSearchParams({ client_id: webClient, redirect_uri: 'https://app.example.invalid/cb', response_type: 'token', code_challenge: pkcePair().challenge, code_challenge_method: 'S256', state: 'web-error' })}`
+  const response = await page.goto(url)
+  expect(response?.status()).toBe(400)
+  expect(new URL(page.url()).pathname).toBe('/v0/auth/authorize')
+  expect(await page.textContent('h1')).toBe('This authorization request cannot go on')
+  expect(await page.textContent('#error-code')).toBe('unsupported_response_type')
+  const link = page.getByRole('link', { name: 'Return to app.example.invalid' })
+  const href = new URL((await link.getAttribute('href'))!)
+  expect(`${href.origin}${href.pathname}`).toBe('https://app.example.invalid/cb')
+  expect(href.searchParams.get('error')).toBe('unsupported_response_type')
+  expect(href.searchParams.get('state')).toBe('web-error')
   await page.close()
 })

@@ -84,3 +84,57 @@ test('oauth4webapi: discovery → registration → PKCE code flow → API call �
   const challenge = afterRevocation.headers.get('www-authenticate')!
   expect(challenge).toContain(`resource_metadata="${server.origin}/.well-known/oauth-protected-resource/v0"`)
 })
+
+test('oauth4webapi: prompt, nonce and other parameters the service does not use are ignored through the whole flow', async () => {
+  const issuer = new URL(`${server.origin}/v0`)
+  const as = await oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { algorithm: 'oauth2', ...insecure }))
+  const registered = await oauth.processDynamicClientRegistrationResponse(
+    await oauth.dynamicClientRegistrationRequest(as, { client_name: 'oauth4webapi, OpenID-minded', redirect_uris: [REDIRECT_URI], token_endpoint_auth_method: 'none' }, insecure),
+  )
+  const client: oauth.Client = { client_id: registered.client_id }
+  const verifier = oauth.generateRandomCodeVerifier()
+  const state = oauth.generateRandomState()
+  const authorizationUrl = new URL(as.authorization_endpoint!)
+  for (const [name, value] of Object.entries({
+    client_id: client.client_id,
+    redirect_uri: REDIRECT_URI,
+    response_type: 'code',
+    code_challenge: await oauth.calculatePKCECodeChallenge(verifier),
+    code_challenge_method: 'S256',
+    state,
+    scope: 'account:read',
+    // What OpenID Connect libraries and agents add: none of it is the service's business.
+    prompt: 'consent',
+    nonce: oauth.generateRandomNonce(),
+    max_age: '0',
+    ui_locales: 'fr-CA fr en',
+    login_hint: 'someone@example.com',
+  })) authorizationUrl.searchParams.set(name, value)
+
+  const consentPage = await fetch(authorizationUrl)
+  expect(consentPage.status).toBe(200)
+  const html = await consentPage.text()
+  // What the page's Allow posts: the request as the page holds it, which keeps none of the extras.
+  const pageRequest = JSON.parse(/<script type="application\/json" id="authorize-request">(.*?)<\/script>/s.exec(html)![1]!)
+  expect(pageRequest).not.toHaveProperty('prompt')
+  expect(pageRequest).not.toHaveProperty('nonce')
+  // A caller that forwards the whole query to the POST is not refused for it either.
+  const approved = await postJson(server, '/v0/auth/authorize', {
+    ...Object.fromEntries(authorizationUrl.searchParams),
+    response_type: undefined,
+    id_token: await signIn(server, fixture),
+  })
+  expect(approved.status).toBe(200)
+  const redirectTo = new URL((await approved.json()).redirect_to)
+  expect([...redirectTo.searchParams.keys()].sort()).toEqual(['code', 'iss', 'state'])
+
+  const parameters = oauth.validateAuthResponse(as, client, redirectTo, state)
+  const tokens = await oauth.processAuthorizationCodeResponse(
+    as,
+    client,
+    await oauth.authorizationCodeGrantRequest(as, client, oauth.None(), parameters, REDIRECT_URI, verifier, insecure),
+  )
+  expect(tokens.scope).toBe('account:read')
+  const account = await fetch(`${server.origin}/v0/account`, { headers: { authorization: `Bearer ${tokens.access_token}` } })
+  expect(account.status).toBe(200)
+})

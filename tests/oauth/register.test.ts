@@ -3,7 +3,7 @@ import { eq, like } from 'drizzle-orm'
 import { startTestServer } from '../support/server.ts'
 import { oauthClients, rateLimits } from '../../src/lib/db/schema.ts'
 import { isId } from '../../src/lib/ids.ts'
-import { REGISTRATION_RATE_LIMIT, redirectUriProblem, validateClientMetadata } from '../../src/oauth/register.ts'
+import { REGISTRATION_RATE_LIMIT, clientNameProblem, isOnDeviceRedirect, redirectUriProblem, validateClientMetadata } from '../../src/oauth/register.ts'
 
 const server = await startTestServer()
 const db = server.database.handle.db
@@ -58,6 +58,18 @@ describe('redirectUriProblem', () => {
     ['file:', 'file:///etc/passwd', /file/],
     ['vbscript:', 'vbscript:msgbox(1)', /vbscript/],
     ['blob:', 'blob:https://app.example.com/0b5e', /blob/],
+    ['about:', 'about:blank', /about/],
+    ['chrome:', 'chrome://settings/passwords', /chrome/],
+    ['chrome-extension:', 'chrome-extension://abcdefghijklmnop/cb.html', /chrome-extension/],
+    ['chrome-untrusted:', 'chrome-untrusted://terminal/cb', /chrome-untrusted/],
+    ['intent:', 'intent://scan/cb', /intent/],
+    ['jar:', 'jar:https://app.example.com/app.jar!/cb', /jar/],
+    ['view-source:', 'view-source:https://app.example.com/cb', /view-source/],
+    ['ws:', 'ws://127.0.0.1:8080/cb', /ws/],
+    ['wss:', 'wss://app.example.com/cb', /wss/],
+    ['ftp:', 'ftp://ftp.example.com/cb', /ftp/],
+    ['urn: (no out-of-band flow)', 'urn:ietf:wg:oauth:2.0:oob', /urn/],
+    ['filesystem:', 'filesystem:https://app.example.com/temporary/cb', /filesystem/],
     ['a fragment', 'https://app.example.com/cb#token', /fragment/],
     ['an empty fragment', 'https://app.example.com/cb#', /fragment/],
     ['userinfo', 'https://trusted.example.com@evil.example/cb', /userinfo/],
@@ -85,14 +97,47 @@ describe('redirectUriProblem', () => {
   })
 })
 
+describe('isOnDeviceRedirect', () => {
+  const onDevice = ['http://127.0.0.1:33418/callback', 'http://localhost/cb', 'http://[::1]:8080/cb', 'https://localhost:8443/cb', 'com.example.app:/cb', 'cursor://anysphere.cursor-mcp/oauth/callback']
+  const notOnDevice = ['https://app.example.com/cb', 'http://app.example.com/cb', 'https://127.0.0.1.example.com/cb', 'intent://scan/cb', 'chrome-extension://abc/cb', 'javascript:alert(1)', 'not a uri']
+  for (const uri of onDevice) test(`${uri} is on the device`, () => expect(isOnDeviceRedirect(uri)).toBe(true))
+  for (const uri of notOnDevice) test(`${uri} is not`, () => expect(isOnDeviceRedirect(uri)).toBe(false))
+})
+
+describe('clientNameProblem', () => {
+  const accepted = ['My agent', 'Claude Code (messaging)', 'تطبيق الرسائل', 'אפליקציה', '日本語のアプリ', 'Family 👨‍👩‍👧 app', 'A\u00a0B']
+  for (const name of accepted) test(`accepts ${JSON.stringify(name)}`, () => expect(clientNameProblem(name)).toBeNull())
+
+  const bidi = ['\u202a', '\u202b', '\u202c', '\u202d', '\u202e', '\u2066', '\u2067', '\u2068', '\u2069', '\u200e', '\u200f', '\u061c']
+  for (const char of bidi) {
+    const code = char.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')
+    test(`refuses the bidirectional formatting character U+${code}`, () => {
+      expect(clientNameProblem(`Good app ${char}ppa live`)).toBe(
+        `must not contain bidirectional formatting characters (U+${code} at position 9), which can make the name read differently from what it is`,
+      )
+    })
+  }
+  const controls: [string, string][] = [
+    ['NUL', '\u0000'], ['a bell', '\u0007'], ['an escape', '\u001b'], ['a line feed', '\n'], ['a tab', '\t'], ['DEL', '\u007f'],
+    ['the C1 next-line', '\u0085'], ['the C1 CSI', '\u009b'], ['a line separator', '\u2028'], ['a paragraph separator', '\u2029'],
+  ]
+  for (const [name, char] of controls) {
+    test(`refuses ${name}`, () => expect(clientNameProblem(`App${char}`)).toMatch(/^must not contain control characters \(U\+[0-9A-F]{4} at position 3\)$/))
+  }
+  test('refuses a name with nothing visible', () => {
+    expect(clientNameProblem('   ')).toBe('must contain a visible character')
+    expect(clientNameProblem('')).toBe('must contain a visible character')
+  })
+})
+
 describe('validateClientMetadata', () => {
-  test('applies the RFC 7591 defaults and adds nothing else', () => {
+  test('applies the RFC 7591 defaults and adds nothing else; a loopback client is native', () => {
     expect(validateClientMetadata({ redirect_uris: [LOOPBACK_CALLBACK] })).toEqual({
       redirect_uris: [LOOPBACK_CALLBACK],
       grant_types: ['authorization_code', 'refresh_token'],
       response_types: ['code'],
       token_endpoint_auth_method: 'none',
-      application_type: 'web',
+      application_type: 'native',
     })
   })
 
@@ -120,7 +165,8 @@ describe('validateClientMetadata', () => {
 
 describe('POST /v0/auth/register accepts', () => {
   // Bodies as real MCP clients send them, extra metadata included.
-  const clients: [string, Record<string, unknown>][] = [
+  // [name, body, the application_type registered]
+  const clients: [string, Record<string, unknown>, 'web' | 'native'][] = [
     [
       'Claude Code',
       {
@@ -130,6 +176,7 @@ describe('POST /v0/auth/register accepts', () => {
         response_types: ['code'],
         token_endpoint_auth_method: 'none',
       },
+      'native',
     ],
     [
       'Cursor',
@@ -140,6 +187,7 @@ describe('POST /v0/auth/register accepts', () => {
         response_types: ['code'],
         token_endpoint_auth_method: 'none',
       },
+      'native',
     ],
     [
       'the MCP Inspector, with every optional metadata field',
@@ -159,11 +207,33 @@ describe('POST /v0/auth/register accepts', () => {
         jwks_uri: null,
         scope: 'hooks:read hooks:write',
       },
+      'native',
     ],
-    ['a native app on a private-use scheme', { redirect_uris: ['com.example.app:/cb'], application_type: 'native' }],
+    [
+      // VS Code's registration, as its source sends it: claimed https URLs next to loopback ones, as native.
+      'VS Code: native, with https and loopback redirect URIs',
+      {
+        client_name: 'Visual Studio Code',
+        client_uri: 'https://code.visualstudio.com',
+        grant_types: ['authorization_code', 'refresh_token'],
+        response_types: ['code'],
+        redirect_uris: ['https://insiders.vscode.dev/redirect', 'https://vscode.dev/redirect', 'http://127.0.0.1/', 'http://127.0.0.1:33418/'],
+        token_endpoint_auth_method: 'none',
+        application_type: 'native',
+      },
+      'native',
+    ],
+    ['a native app on a private-use scheme', { redirect_uris: ['com.example.app:/cb'], application_type: 'native' }, 'native'],
+    ['a web app, application_type given', { redirect_uris: ['https://app.example.com/cb'], application_type: 'web' }, 'web'],
+    ['a web app, application_type derived', { redirect_uris: ['https://app.example.com/cb'] }, 'web'],
+    ['a native app on a loopback host, application_type derived', { redirect_uris: ['http://[::1]:8080/cb'] }, 'native'],
+    ['a native app on a private-use scheme, application_type derived', { redirect_uris: ['cursor://anysphere.cursor-mcp/oauth/callback'] }, 'native'],
+    ['https on a loopback host, application_type derived', { redirect_uris: ['https://localhost:8443/cb'] }, 'native'],
+    ['a mix of web and loopback redirect URIs, application_type derived', { redirect_uris: ['https://app.example.com/cb', 'http://localhost:3000/cb'] }, 'native'],
+    ['a native app with only a claimed https URL (RFC 8252 §7.2)', { redirect_uris: ['https://app.example.com/native-cb'], application_type: 'native' }, 'native'],
   ]
 
-  for (const [name, body] of clients) {
+  for (const [name, body, applicationType] of clients) {
     test(name, async () => {
       const response = await registerJson(body)
       expect(response.status).toBe(201)
@@ -181,7 +251,7 @@ describe('POST /v0/auth/register accepts', () => {
         grant_types: body.grant_types ?? ['authorization_code', 'refresh_token'],
         response_types: body.response_types ?? ['code'],
         token_endpoint_auth_method: 'none',
-        application_type: body.application_type ?? 'web',
+        application_type: applicationType,
       }
       if (body.client_name !== undefined) expected.client_name = body.client_name
       if (body.scope !== undefined) expected.scope = body.scope
@@ -242,9 +312,24 @@ describe('POST /v0/auth/register refuses', () => {
     ['a relative redirect URI', { redirect_uris: ['/callback'] }, 'invalid_redirect_uri'],
     ['a redirect URI of 2049 characters', { redirect_uris: [`https://a.example/${'a'.repeat(2031)}`] }, 'invalid_redirect_uri'],
     ['one bad redirect URI among good ones', { redirect_uris: [LOOPBACK_CALLBACK, 'javascript:alert(1)'] }, 'invalid_redirect_uri'],
+    ...[
+      'vbscript:msgbox(1)', 'about:blank', 'blob:https://app.example.com/0b5e', 'chrome://settings', 'chrome-extension://abcdefghijklmnop/cb.html',
+      'intent://scan/cb', 'jar:https://app.example.com/app.jar!/cb', 'view-source:https://app.example.com/cb', 'ws://127.0.0.1:8080/cb',
+      'wss://app.example.com/cb', 'ftp://ftp.example.com/cb', 'urn:ietf:wg:oauth:2.0:oob',
+    ].map((uri): [string, unknown, string] => [`a ${uri.split(':')[0]}: redirect URI`, { redirect_uris: [uri] }, 'invalid_redirect_uri']),
     ['client_name of 257 characters', { ...valid, client_name: 'x'.repeat(257) }, 'invalid_client_metadata'],
     ['client_name a number', { ...valid, client_name: 7 }, 'invalid_client_metadata'],
     ['client_name null', { ...valid, client_name: null }, 'invalid_client_metadata'],
+    ['client_name with a right-to-left override', { ...valid, client_name: 'Acme \u202eexe.nigol' }, 'invalid_client_metadata'],
+    ['client_name with a first-strong isolate', { ...valid, client_name: 'Acme \u2068Bank\u2069' }, 'invalid_client_metadata'],
+    ['client_name with an escape sequence', { ...valid, client_name: '\u001b[31mAcme' }, 'invalid_client_metadata'],
+    ['client_name with a C1 control', { ...valid, client_name: 'Acme\u009b31m' }, 'invalid_client_metadata'],
+    ['client_name with a line break', { ...valid, client_name: 'Acme\nSign in to your bank' }, 'invalid_client_metadata'],
+    ['client_name of white space only', { ...valid, client_name: '   ' }, 'invalid_client_metadata'],
+    ['application_type web with a loopback redirect URI', { redirect_uris: [LOOPBACK_CALLBACK], application_type: 'web' }, 'invalid_client_metadata'],
+    ['application_type web with https on a loopback host', { redirect_uris: ['https://localhost:8443/cb'], application_type: 'web' }, 'invalid_client_metadata'],
+    ['application_type web with a private-use redirect URI', { redirect_uris: ['com.example.app:/cb'], application_type: 'web' }, 'invalid_client_metadata'],
+    ['application_type web with one loopback URI among web ones', { redirect_uris: ['https://app.example.com/cb', LOOPBACK_CALLBACK], application_type: 'web' }, 'invalid_client_metadata'],
     ['scope of 513 characters', { ...valid, scope: `hooks:read ${' '.repeat(502)}` }, 'invalid_client_metadata'],
     ['an unknown scope', { ...valid, scope: 'hooks:read admin' }, 'invalid_client_metadata'],
     ['scopes separated by commas', { ...valid, scope: 'hooks:read,hooks:write' }, 'invalid_client_metadata'],
@@ -276,6 +361,24 @@ describe('POST /v0/auth/register refuses', () => {
     await registerJson({ redirect_uris: ['javascript:alert(1)'], client_name: 'refused' })
     await registerJson({ redirect_uris: [LOOPBACK_CALLBACK], client_name: 'refused', scope: 'admin' })
     expect((await db.select({ id: oauthClients.id }).from(oauthClients)).length).toBe(before)
+  })
+
+  test('a client name with a bidirectional override: the description names the field and the character', async () => {
+    const { error_description } = await expectOAuthError(await registerJson({ ...valid, client_name: 'Acme \u202eexe.nigol' }), 400, 'invalid_client_metadata')
+    expect(error_description).toBe(
+      'client_name must not contain bidirectional formatting characters (U+202E at position 5), which can make the name read differently from what it is.',
+    )
+  })
+
+  test('application_type web with a loopback redirect: the description names the rule and the URI', async () => {
+    const { error_description } = await expectOAuthError(
+      await registerJson({ redirect_uris: ['https://app.example.com/cb', LOOPBACK_CALLBACK], application_type: 'web' }),
+      400,
+      'invalid_client_metadata',
+    )
+    expect(error_description).toContain('application_type: web clients may use only https redirect URIs on a web host')
+    expect(error_description).toContain(`redirect_uris/1 (${LOOPBACK_CALLBACK})`)
+    expect(error_description).toContain('only native clients may use (OpenID Connect Registration 1.0 §2)')
   })
 
   test('the description names the field', async () => {
