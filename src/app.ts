@@ -23,7 +23,7 @@ import { sessionRoutes } from './oauth/session.ts'
 import { hookRoutes } from './hooks/routes.ts'
 import { messageRoutes } from './messages/routes.ts'
 import type { MessageDeps } from './messages/service.ts'
-import { isForbiddenHost } from './delivery/ssrf.ts'
+import { isForbiddenHost } from './lib/outbound.ts'
 import { mcpRoutes } from './mcp/routes.ts'
 import { createClientDirectory } from './oauth/clients.ts'
 

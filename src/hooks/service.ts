@@ -17,7 +17,7 @@ export type HookResource = Static<typeof HookSchema>
 export interface HookDeps {
   db: Database
   secretBox: SecretBox
-  /** True for a host that names a private, loopback, link-local… address (src/delivery/ssrf.ts). */
+  /** True for a host that names a private, loopback, link-local… address (src/lib/outbound.ts). */
   isForbiddenHost(hostname: string): boolean
   allowPrivateTargets: boolean
   /** HOOKS_PER_ACCOUNT: the subscriptions one account may hold. */

@@ -6,7 +6,7 @@ import { createAccount } from '../../src/accounts/service.ts'
 import { createHook } from '../../src/hooks/service.ts'
 import { receiveInboundMessage } from '../../src/messages/service.ts'
 import { createSecretBox } from '../../src/lib/secret-box.ts'
-import { isForbiddenHost } from '../../src/delivery/ssrf.ts'
+import { isForbiddenHost } from '../../src/lib/outbound.ts'
 
 // Two servers on one PostgreSQL drain one backlog. PGlite is one process's database: nothing to share there.
 setDefaultTimeout(90_000)
