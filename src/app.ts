@@ -49,7 +49,8 @@ export function createApp(deps: AppDeps) {
   const auth = { ...deps, resourceMetadataUrl, baseUrl: deps.config.baseUrl }
   const tokens = {
     db: deps.db,
-    clients: createClientDirectory(deps.db),
+    // Client ID metadata documents are fetched under the webhook rules (SPEC §5): the same private-target switch and CAs.
+    clients: createClientDirectory(deps.db, { outbound: { allowPrivate: deps.config.webhookAllowPrivateTargets, ca: deps.config.webhookCaPem } }),
     signer: deps.signer,
     secretBox: deps.secretBox,
     baseUrl: deps.config.baseUrl,

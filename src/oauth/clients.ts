@@ -5,9 +5,14 @@ import { oauthClients } from '../lib/db/schema.ts'
 import { OAuthError } from '../lib/errors.ts'
 import { isId, newId } from '../lib/ids.ts'
 import { TtlCache } from '../lib/cache.ts'
+import type { OutboundPolicy } from '../lib/outbound.ts'
 import type { ClientRegistrationResponse } from './schemas.ts'
+import { createMetadataDocumentClients, isMetadataDocumentClientId } from './client-metadata-document.ts'
 
-/** A registered OAuth client, as stored. */
+/**
+ * An OAuth client, as stored: a registration (`cli_…`) or a client ID metadata document's
+ * client, whose id is the document's URL (src/oauth/client-metadata-document.ts).
+ */
 export type OAuthClient = typeof oauthClients.$inferSelect
 
 export type ClientRegistration = Static<typeof ClientRegistrationResponse>
@@ -28,23 +33,44 @@ export class ClientLookupError extends Error {}
  */
 export interface ClientDirectory {
   find(clientId: string | undefined): Promise<OAuthClient | null>
+  /**
+   * Makes sure a client `find` returned has its row before something references it (an
+   * authorization code, a grant): a metadata document's client gets its row when a user first
+   * approves it. Registered clients have theirs already.
+   */
+  record(client: OAuthClient): Promise<void>
+}
+
+export interface ClientDirectoryOptions {
+  /** How client ID metadata documents are fetched: WEBHOOK_ALLOW_PRIVATE_TARGETS and WEBHOOK_CA_FILE apply, as to webhooks. */
+  outbound: OutboundPolicy
+  /** How long a document may take, all in (5 s). */
+  documentTimeoutMs?: number
+  now?: () => number
 }
 
 /**
- * The registered clients of a database. Registrations never change once made (there is no
- * update or delete), so a client read once is good for the life of the process; unknown ids
- * are not remembered.
+ * The clients of a database: registrations (`cli_…`) and, for a client_id that is an https
+ * URL, the client its metadata document describes. Registrations never change once made (there
+ * is no update or delete), so one read once is good for the life of the process; unknown ids
+ * are not remembered. Documents are cached as their Cache-Control says (client-metadata-document.ts).
  */
-export function createClientDirectory(db: Database): ClientDirectory {
+export function createClientDirectory(db: Database, options: ClientDirectoryOptions): ClientDirectory {
   const clients = new TtlCache<OAuthClient>({ maxEntries: 10_000, ttlMs: 60 * 60_000 })
+  const documents = createMetadataDocumentClients(db, { policy: options.outbound, timeoutMs: options.documentTimeoutMs, now: options.now })
   return {
     async find(clientId) {
-      if (!clientId || !isId('cli', clientId)) return null
+      if (!clientId) return null
+      if (isMetadataDocumentClientId(clientId)) return documents.find(clientId)
+      if (!isId('cli', clientId)) return null
       const cached = clients.get(clientId)
       if (cached) return cached
       const [client] = await db.select().from(oauthClients).where(eq(oauthClients.id, clientId))
       if (client) clients.set(clientId, client)
       return client ?? null
+    },
+    async record(client) {
+      if (isMetadataDocumentClientId(client.id)) await documents.record(client)
     },
   }
 }

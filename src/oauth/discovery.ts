@@ -1,4 +1,4 @@
-import { Elysia } from 'elysia'
+import { Elysia, t } from 'elysia'
 import type { Config } from '../lib/config.ts'
 import { SCOPES, type Scope } from '../auth/scopes.ts'
 import { cors } from '../lib/cors.ts'
@@ -41,9 +41,20 @@ export function authorizationServerMetadata(baseUrl: string) {
     revocation_endpoint_auth_methods_supported: ['none'],
     code_challenge_methods_supported: ['S256'],
     authorization_response_iss_parameter_supported: true,
+    // A client_id may be the https URL of a client ID metadata document (src/oauth/client-metadata-document.ts).
+    client_id_metadata_document_supported: true,
     service_documentation: `${baseUrl}/docs`,
   }
 }
+
+/** RFC 8414 metadata with the client ID metadata document flag (draft-ietf-oauth-client-id-metadata-document §6). */
+const AuthorizationServerMetadataWithDocuments = t.Object(
+  {
+    ...AuthorizationServerMetadata.properties,
+    client_id_metadata_document_supported: t.Boolean({ description: 'A client_id may be the https URL of its client ID metadata document.' }),
+  },
+  { title: 'AuthorizationServerMetadata' },
+)
 
 /** RFC 9728 metadata of the REST API (`{base_url}`) or of the MCP endpoint (`{base_url}/mcp`). */
 export function protectedResourceMetadata(baseUrl: string, resource: 'api' | 'mcp') {
@@ -60,7 +71,7 @@ export function protectedResourceMetadata(baseUrl: string, resource: 'api' | 'mc
 /** Absolute paths: mount at the app's root, outside the `/v0` group. Public, no credential. */
 export function discoveryRoutes(deps: { config: Config }) {
   const documents = [
-    { paths: AUTHORIZATION_SERVER_METADATA_PATHS, body: authorizationServerMetadata(deps.config.baseUrl), schema: AuthorizationServerMetadata, summary: 'OAuth authorization server metadata (RFC 8414)' },
+    { paths: AUTHORIZATION_SERVER_METADATA_PATHS, body: authorizationServerMetadata(deps.config.baseUrl), schema: AuthorizationServerMetadataWithDocuments, summary: 'OAuth authorization server metadata (RFC 8414)' },
     { paths: API_RESOURCE_METADATA_PATHS, body: protectedResourceMetadata(deps.config.baseUrl, 'api'), schema: ProtectedResourceMetadata, summary: 'Protected resource metadata of the REST API (RFC 9728)' },
     { paths: MCP_RESOURCE_METADATA_PATHS, body: protectedResourceMetadata(deps.config.baseUrl, 'mcp'), schema: ProtectedResourceMetadata, summary: 'Protected resource metadata of the MCP endpoint (RFC 9728)' },
   ]

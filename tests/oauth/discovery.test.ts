@@ -48,6 +48,7 @@ describe('authorization server metadata (RFC 8414)', () => {
       revocation_endpoint_auth_methods_supported: ['none'],
       code_challenge_methods_supported: ['S256'],
       authorization_response_iss_parameter_supported: true,
+      client_id_metadata_document_supported: true,
       service_documentation: `${issuer}/docs`,
     })
   })

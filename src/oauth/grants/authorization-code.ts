@@ -31,6 +31,8 @@ export async function issueAuthorizationCode(deps: TokenDeps, request: ValidAuth
   }
   const [user] = await deps.db.select({ id: users.id, accountId: users.accountId }).from(users).where(eq(users.id, userId))
   if (!user) throw new OAuthError(401, 'access_denied', 'The signed-in user no longer exists.')
+  // A metadata document's client gets its row now, once a signed-in user approves it: the code references it.
+  await deps.clients.record(request.client)
   const code = newSecret('')
   await deps.db.insert(authorizationCodes).values({
     codeHash: sha256Hex(code),
