@@ -7,6 +7,7 @@ import { sha256Hex } from '../lib/crypto.ts'
 import { recordInvalidation } from '../lib/invalidation-feed.ts'
 import { cors } from '../lib/cors.ts'
 import { requireClient } from './clients.ts'
+import { isMetadataDocumentClientId } from './client-metadata-document.ts'
 import { RevokeRequestBody } from './schemas.ts'
 import type { AccessTokenClaims, TokenDeps } from './tokens.ts'
 import { oauthWireFormat } from './wire-format.ts'
@@ -26,7 +27,9 @@ export async function revokeGrant(db: Database | DatabaseTransaction, grantId: s
  * Unknown, expired or foreign tokens are not an error (§2.2): the answer does not tell them apart.
  */
 export async function revokeToken(deps: TokenDeps, input: { token?: string; clientId?: string }): Promise<void> {
-  const client = await requireClient(deps.clients, input.clientId)
+  // A metadata-document client is not looked up: its tokens are bound to its URL, and a document
+  // that is down or changed must not keep them alive (RFC 7009 asks nothing more of a public client).
+  const client = input.clientId && isMetadataDocumentClientId(input.clientId) ? { id: input.clientId } : await requireClient(deps.clients, input.clientId)
   if (!input.token || input.token.length > 4096) throw new OAuthError(400, 'invalid_request', 'token is required.')
   const [refresh] = await deps.db
     .select({ grantId: grants.id, clientId: grants.clientId })

@@ -112,6 +112,9 @@ export const ProtectedResourceMetadata = t.Object(
   { title: 'ProtectedResourceMetadata' },
 )
 
+// A client ID metadata document's URL is the client_id: as long as any URL we accept.
+const CLIENT_ID_MAX_LENGTH = 2048
+
 const optionalParameter = (maxLength: number) => t.Optional(t.String({ maxLength }))
 
 // Standard clients send extra parameters (RFC 8707 `resource`, an empty `client_secret`, …):
@@ -119,7 +122,7 @@ const optionalParameter = (maxLength: number) => t.Optional(t.String({ maxLength
 export const TokenRequestBody = t.Object(
   {
     grant_type: t.String({ maxLength: 64 }),
-    client_id: optionalParameter(256),
+    client_id: optionalParameter(CLIENT_ID_MAX_LENGTH),
     code: optionalParameter(256),
     redirect_uri: optionalParameter(2048),
     code_verifier: optionalParameter(256),
@@ -133,7 +136,7 @@ export const RefreshRequestBody = t.Object(
   {
     grant_type: t.Optional(t.Literal('refresh_token')),
     refresh_token: t.String({ maxLength: 256 }),
-    client_id: t.String({ maxLength: 256 }),
+    client_id: t.String({ maxLength: CLIENT_ID_MAX_LENGTH }),
     scope: optionalParameter(512),
   },
   { additionalProperties: true },
@@ -143,7 +146,7 @@ export const RevokeRequestBody = t.Object(
   {
     token: t.String({ maxLength: 4096 }),
     token_type_hint: optionalParameter(64),
-    client_id: t.String({ maxLength: 256 }),
+    client_id: t.String({ maxLength: CLIENT_ID_MAX_LENGTH }),
   },
   { additionalProperties: true },
 )
@@ -188,7 +191,7 @@ const Resource = t.Union([t.String({ maxLength: 2048 }), t.Array(t.String({ maxL
  */
 export const AuthorizeQuery = t.Object(
   {
-    client_id: t.Optional(t.String({ maxLength: 256, description: 'A registered client.' })),
+    client_id: t.Optional(t.String({ maxLength: CLIENT_ID_MAX_LENGTH, description: 'A registered client (cli_…), or the https URL of its client ID metadata document.' })),
     redirect_uri: t.Optional(t.String({ maxLength: 2048, description: 'Exactly one the client registered (a loopback http URI may use any port).' })),
     response_type: t.Optional(t.String({ maxLength: 64, description: '`code`.' })),
     state: t.Optional(t.String({ maxLength: 4096, description: 'Returned untouched; at most 2048 characters.' })),
@@ -223,7 +226,7 @@ export const authorizeQueryParameters = Object.entries(AuthorizeQuery.properties
 // other callers may send what their library adds.
 export const AuthorizeBody = t.Object(
   {
-    client_id: t.String({ maxLength: 256 }),
+    client_id: t.String({ maxLength: CLIENT_ID_MAX_LENGTH }),
     redirect_uri: t.String({ maxLength: 2048 }),
     id_token: t.String({ maxLength: 4096, description: "The signed-in user's id_token (POST /auth/login)." }),
     code_challenge: t.String({ maxLength: 256 }),

@@ -6,7 +6,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js'
 import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js'
 import { createUser } from '../../src/accounts/service.ts'
-import { oauthClients } from '../../src/lib/db/schema.ts'
+import { grants, oauthClients } from '../../src/lib/db/schema.ts'
 import { clientIdUrlProblem, documentCacheSeconds, fetchMetadataDocument } from '../../src/oauth/client-metadata-document.ts'
 import { startReceiver, type ReceivedWebhook } from '../support/receiver.ts'
 import { startTestServer, type TestServer } from '../support/server.ts'
@@ -232,6 +232,24 @@ describe('the official MCP SDK client with a client ID metadata document', () =>
     expect(requestsTo(server, '/v0/auth/authorize').length).toBeGreaterThan(0)
     expect(fetchesOf(path)).toBe(1)
     expect(documents.received.find((request) => request.path === path)!.headers['user-agent']).toContain('messaging-service')
+  })
+
+  test('a client revokes its grant even when its document is gone: revocation does not depend on it', async () => {
+    const { path, url } = serve('revoke', (self) => metadataFor(self), { 'cache-control': 'max-age=60' })
+    const fixture = await userFixture(server, url)
+    const { response, verifier } = await approve(server, fixture)
+    expect(response.status).toBe(200)
+    const { code } = (await response.json()) as { code: string }
+    const redeemed = await postForm(server, '/v0/auth/token', { grant_type: 'authorization_code', code, redirect_uri: REDIRECT_URI, code_verifier: verifier, client_id: url })
+    expect(redeemed.status).toBe(200)
+    const tokens = (await redeemed.json()) as { refresh_token: string }
+
+    answers.set(path, () => new Response('gone', { status: 404 }))
+    setSystemTime(new Date(Date.now() + 2 * 3_600_000))
+    const revoked = await postForm(server, '/v0/auth/revoke', { token: tokens.refresh_token, client_id: url })
+    expect(revoked.status).toBe(200)
+    const [grant] = await server.database.handle.db.select().from(grants).where(eq(grants.clientId, url))
+    expect(grant!.revokedAt).not.toBeNull()
   })
 
   test('the authorization server metadata says documents are supported', async () => {
