@@ -141,6 +141,13 @@ export function validateMetadataDocument(url: string, document: unknown): Client
     throw new ClientLookupError(`${at} asks for token_endpoint_auth_method ${quoted(method)}; this service has public clients only: leave it out or say "none".`)
   }
   if (fields.redirect_uris === undefined) throw new ClientLookupError(`${at} has no redirect_uris.`)
+  // A document is written once for every server its client talks to: it may list grants this one
+  // does not offer (VS Code's lists device_code, claude.ai's jwt-bearer). Those are ignored, as
+  // other authorization servers do; authorization_code must still be there.
+  if (Array.isArray(fields.grant_types)) {
+    const offered = fields.grant_types.filter((grant) => grant === 'authorization_code' || grant === 'refresh_token')
+    fields.grant_types = offered.length > 0 ? offered : fields.grant_types
+  }
   const violation = Value.Errors(ClientRegistrationRequest, fields).First()
   if (violation) {
     const field = violation.path.replace(/^\//, '') || 'document'

@@ -322,6 +322,17 @@ describe('documents refused: an error page at the authorize endpoint, invalid_cl
     await expectRefused(server, secret.url, 'contains a client secret')
   })
 
+  test('grants this service does not offer (device_code, jwt-bearer, as VS Code and claude.ai list them) are ignored; authorization_code is still required', async () => {
+    const listed = ['authorization_code', 'refresh_token', 'urn:ietf:params:oauth:grant-type:device_code', 'urn:ietf:params:oauth:grant-type:jwt-bearer']
+    const { url } = serve('extra-grants', (self) => metadataFor(self, { grant_types: listed, client_uri: 'https://example.com', logo_uri: 'https://example.com/logo.png' }))
+    expect((await getAuthorize(server, url)).status).toBe(200)
+    const fixture = await userFixture(server, url)
+    expect((await approve(server, fixture)).response.status).toBe(200)
+    expect((await storedClient(server, url))?.grantTypes).toEqual(['authorization_code', 'refresh_token'])
+    const deviceOnly = serve('device-only', (self) => metadataFor(self, { grant_types: ['refresh_token', 'urn:ietf:params:oauth:grant-type:device_code'] }))
+    await expectRefused(server, deviceOnly.url, 'grant_types: must include authorization_code')
+  })
+
   test('a javascript: redirect URI, and the other registration rules', async () => {
     const script = serve('script', (self) => metadataFor(self, { redirect_uris: [REDIRECT_URI, 'javascript:alert(1)'] }))
     await expectRefused(server, script.url, `The client metadata document at ${script.url} is not valid client metadata: redirect_uris/1 must not use the javascript: scheme.`)
