@@ -1,6 +1,6 @@
 import { Elysia } from 'elysia'
 import { ApiError, notFound } from '../lib/errors.ts'
-import { readJsonBody } from '../lib/http.ts'
+import { noteCaller, readJsonBody } from '../lib/http.ts'
 import type { AuthenticateApiKey, Caller } from './authenticator.ts'
 import type { Scope } from './scopes.ts'
 import type { BearerAuthenticator } from './bearer.ts'
@@ -149,8 +149,10 @@ export function authPlugin(deps: AuthPluginDeps) {
         }
         return caller
       }
+      // Noted for the request's log line (account, credential kind and id; never the secret) as
+      // soon as it is known, so that a refusal after authentication (413, 422, ...) names it too.
       const readBodyOfCaller = async ({ request }: { request: Request }) => {
-        await authenticate(request)
+        noteCaller(request, await authenticate(request))
         return readJsonBody(request)
       }
       return {
@@ -159,7 +161,7 @@ export function authPlugin(deps: AuthPluginDeps) {
         // in the OpenAPI document. Elysia runs named parsers in a macro but does not type them.
         parse: [readBodyOfCaller, 'json'] as unknown as typeof readBodyOfCaller,
         async transform({ request }: { request: Request }) {
-          await authenticate(request)
+          noteCaller(request, await authenticate(request))
         },
         async resolve({ request }): Promise<{ caller: Caller }> {
           return { caller: await authenticate(request) }

@@ -11,6 +11,9 @@ type Address = ipaddr.IPv4 | ipaddr.IPv6
 /** Decides whether an address is one of the trusted proxies; built once from the configuration. */
 export type TrustedProxies = (address: Address) => boolean
 
+const OCTET = '(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)'
+/** A dotted quad exactly as ipaddr.js writes it back (no leading zeros). */
+const CANONICAL_IPV4 = new RegExp(`^${OCTET}(?:\\.${OCTET}){3}$`)
 const IPV4_WITH_PORT = /^(\d{1,3}(?:\.\d{1,3}){3}):\d{1,5}$/
 const BRACKETED_IPV6 = /^\[([^\]]+)\](?::\d{1,5})?$/
 
@@ -92,6 +95,8 @@ export function trustedProxies(cidrs: readonly string[]): TrustedProxies {
  */
 export function clientAddress(socketAddress: string | undefined, forwardedFor: string | null, isTrusted: TrustedProxies): string {
   if (socketAddress === undefined) return 'unknown'
+  // Every request's log line asks: a plain IPv4 peer with nothing forwarded is already canonical.
+  if (!forwardedFor && CANONICAL_IPV4.test(socketAddress)) return socketAddress
   let current = parseAddress(socketAddress)
   if (!current) return socketAddress
   if (!forwardedFor || !isTrusted(current)) return current.toString()

@@ -2,7 +2,7 @@ import { Elysia } from 'elysia'
 import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, databaseUnavailable, describeSchemaViolation, internalError, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
 import { newId } from './ids.ts'
 import { isDatabaseUnavailable } from './db/errors.ts'
-import { describeError, redactedPath, type Logger } from './logger.ts'
+import { describeError, redactedPath, redactSecrets, type Logger } from './logger.ts'
 import { clientAddress as resolveClientAddress, trustedProxies, type TrustedProxies } from './client-address.ts'
 
 export const MAX_BODY_BYTES = 1024 * 1024
@@ -199,8 +199,8 @@ export function httpFoundation(logger: Logger) {
       if (request.url.includes('%00')) throw nulRefused('url')
     })
     .onError({ as: 'global' }, ({ code, error, set, request }) => {
-      // The request id is made here only for failures; requestHandler adds one to every other response.
-      const requestId = newId('req')
+      // The request id is set here only for failures; requestHandler adds one to every other response.
+      const requestId = incomingRequestIds.get(request) ?? newId('req')
       set.headers['x-request-id'] = requestId
       // The database first: a lookup that failed in the parse phase (the auth macro) comes wrapped as a PARSE error.
       let apiError = error instanceof ApiError ? error : null
@@ -248,10 +248,63 @@ export function clientAddressOf(request: Request): string {
   return resolveClientAddress(clientAddresses.get(request), proxies ? request.headers.get('x-forwarded-for') : null, proxies ?? NO_PROXIES)
 }
 
-function withRequestId(response: Response): [Response, string] {
+/**
+ * A request id the client sent that we keep: 1 to 128 characters of `A-Za-z0-9._-` (SPEC §3),
+ * so it can be written into a header, a JSON body and a log line as it is. Anything else is
+ * replaced by one of ours.
+ */
+export function isAcceptableRequestId(id: string): boolean {
+  if (id.length === 0 || id.length > 128) return false
+  for (let i = 0; i < id.length; i++) {
+    const c = id.charCodeAt(i)
+    // 0-9, A-Z, a-z, '-', '.', '_'
+    if (!((c >= 48 && c <= 57) || (c >= 65 && c <= 90) || (c >= 97 && c <= 122) || c === 45 || c === 46 || c === 95)) return false
+  }
+  return true
+}
+
+/** Requests that came with an acceptable X-Request-Id, for the error handler inside the app. */
+const incomingRequestIds = new WeakMap<Request, string>()
+
+/** The request id a request will be answered with when the client chose it; undefined when the service makes one. */
+export const incomingRequestIdOf = (request: Request): string | undefined => incomingRequestIds.get(request)
+
+/** Who called, once the auth macro knows (src/auth/plugin.ts): for the request's log line. */
+export interface LoggedCaller {
+  accountId: string
+  credential: { kind: 'api_key'; id: string } | { kind: 'access_token'; clientId: string }
+}
+const callers = new WeakMap<Request, LoggedCaller>()
+
+/** Called by the auth macro once a request's credential is accepted. */
+export function noteCaller(request: Request, caller: LoggedCaller): void {
+  callers.set(request, caller)
+}
+
+const MAX_USER_AGENT = 200
+// Control characters (C0, DEL, C1) and the bidi/line separators that could disguise a log line.
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g
+const userAgents = new Map<string, string>()
+
+/**
+ * The User-Agent for a log line: at most 200 characters, without control characters, any
+ * secret-shaped value redacted (a client may send anything). Clients repeat theirs on every
+ * request, so each distinct value is cleaned once (a bounded cache).
+ */
+export function loggedUserAgent(raw: string | null): string | undefined {
+  if (raw === null) return undefined
+  const known = userAgents.get(raw)
+  if (known !== undefined) return known
+  const clean = redactSecrets(raw.slice(0, MAX_USER_AGENT * 2).replace(UNPRINTABLE, '')).slice(0, MAX_USER_AGENT)
+  if (userAgents.size >= 1000) userAgents.clear()
+  userAgents.set(raw, clean)
+  return clean
+}
+
+function withRequestId(response: Response, incoming: string | undefined): [Response, string] {
   const existing = response.headers.get('x-request-id')
   if (existing !== null) return [response, existing]
-  const requestId = newId('req')
+  const requestId = incoming ?? newId('req')
   try {
     response.headers.set('x-request-id', requestId)
     return [response, requestId]
@@ -276,22 +329,30 @@ export function requestHandler(
   const logRequests = logger.isEnabled('info')
   const proxies = options.trustedProxies?.length ? trustedProxies(options.trustedProxies) : undefined
 
-  const finish = (request: Request, start: number, answered: Response): Response => {
-    const [response, requestId] = withRequestId(answered)
+  const finish = (request: Request, start: number, answered: Response, incoming: string | undefined): Response => {
+    const [response, requestId] = withRequestId(answered, incoming)
     if (logRequests) {
+      const caller = callers.get(request)
+      const credential = caller?.credential
+      // One shape for every line (absent fields are undefined, which JSON leaves out).
       logger.info('request', {
         method: request.method,
         path: redactedPath(request.url),
         status: response.status,
         duration_ms: Math.round((performance.now() - start) * 100) / 100,
         request_id: requestId,
+        account_id: caller?.accountId,
+        credential: credential === undefined ? undefined : credential.kind === 'api_key' ? 'api_key' : 'bearer',
+        credential_id: credential === undefined ? undefined : credential.kind === 'api_key' ? credential.id : credential.clientId,
+        client_address: clientAddressOf(request),
+        user_agent: loggedUserAgent(request.headers.get('user-agent')),
       })
     }
     return response
   }
 
   const failed = (request: Request, error: unknown): Response => {
-    const requestId = newId('req')
+    const requestId = incomingRequestIds.get(request) ?? newId('req')
     logger.error('unhandled error', { request_id: requestId, path: redactedPath(request.url), ...describeError(error) })
     return problemResponse(internalError(requestId), requestId)
   }
@@ -302,18 +363,24 @@ export function requestHandler(
       clientAddresses.set(request, clientAddress)
       if (proxies) proxiesOf.set(request, proxies)
     }
+    const sent = request.headers.get('x-request-id')
+    let incoming: string | undefined
+    if (sent !== null && isAcceptableRequestId(sent)) {
+      incoming = sent
+      incomingRequestIds.set(request, sent)
+    }
     let answered: Response | Promise<Response>
     try {
       answered = app.fetch(request)
     } catch (error) {
-      return finish(request, start, failed(request, error))
+      return finish(request, start, failed(request, error), incoming)
     }
     if (answered instanceof Promise) {
       return answered.then(
-        (response) => finish(request, start, response),
-        (error) => finish(request, start, failed(request, error)),
+        (response) => finish(request, start, response, incoming),
+        (error) => finish(request, start, failed(request, error), incoming),
       )
     }
-    return finish(request, start, answered)
+    return finish(request, start, answered, incoming)
   }
 }
