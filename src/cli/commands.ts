@@ -11,6 +11,7 @@ import { createAccount, createUser, findAccount, toAccountResource } from '../ac
 import { AccountNameSchema, EmailSchema, PasswordSchema } from '../accounts/schemas.ts'
 import { createApiKey, listApiKeys, revokeApiKey, type ApiKey } from '../auth/api-keys.ts'
 import type { SecretBox } from '../lib/secret-box.ts'
+import { createLogger, type Logger } from '../lib/logger.ts'
 import { RETIRED_KEY_RETENTION_MS, SigningKeyError, rotateSigningKey } from '../oauth/signing-keys.ts'
 
 export interface CommandContext {
@@ -22,6 +23,20 @@ export interface CommandContext {
    * comes from a key file, which other commands have no reason to create.
    */
   openSecretBox?: () => Promise<SecretBox>
+  /**
+   * Where audit lines go: the server's logger when the command came through its CLI socket.
+   * Unset (the CLI run locally): JSON lines on stderr, stdout being the command's output.
+   */
+  logger?: Logger
+}
+
+/**
+ * One administrative action, logged as `{"msg":"audit","audit":true,"action":…}` with the ids it
+ * involved. Never a secret, a password or an email: ids only (docs/operations.md#logs).
+ */
+export interface AuditEntry {
+  action: 'account.created' | 'user.created' | 'api_key.created' | 'api_key.revoked' | 'signing_key.rotated'
+  [id: string]: string | null
 }
 
 export interface CommandResult {
@@ -70,13 +85,13 @@ const apiKeyResource = (key: ApiKey) => ({
   revoked_at: key.revokedAt?.toISOString(),
 })
 
-type Handler = (values: Record<string, unknown>, context: CommandContext) => Promise<{ json: unknown; text: string }>
+type Handler = (values: Record<string, unknown>, context: CommandContext) => Promise<{ json: unknown; text: string; audit?: AuditEntry[] }>
 
 const COMMANDS: Record<string, Handler> = {
   async 'account create'(values, { db }) {
     const name = valid<string>(AccountNameSchema, required(values, 'name'), 'name')
     const account = toAccountResource(await createAccount(db, { name }))
-    return { json: account, text: `Created account ${account.id} (${account.name})` }
+    return { json: account, text: `Created account ${account.id} (${account.name})`, audit: [{ action: 'account.created', account_id: account.id }] }
   },
 
   async 'user create'(values, { db }) {
@@ -85,7 +100,7 @@ const COMMANDS: Record<string, Handler> = {
     const password = valid<string>(PasswordSchema, required(values, 'password'), 'password')
     const user = await createUser(db, { accountId: account.id, email, password })
     const json = { id: user.id, account_id: user.accountId, email: user.email, created_at: user.createdAt.toISOString() }
-    return { json, text: `Created user ${user.id} <${user.email}> in ${account.id}` }
+    return { json, text: `Created user ${user.id} <${user.email}> in ${account.id}`, audit: [{ action: 'user.created', user_id: user.id, account_id: account.id }] }
   },
 
   async 'apikey create'(values, { db, baseUrl }) {
@@ -99,6 +114,7 @@ const COMMANDS: Record<string, Handler> = {
         `  ${secret}`,
         `Try it: curl '${baseUrl}/account?key=${secret}'`,
       ].join('\n'),
+      audit: [{ action: 'api_key.created', api_key_id: key.id, account_id: account.id }],
     }
   },
 
@@ -113,7 +129,7 @@ const COMMANDS: Record<string, Handler> = {
     const id = required(values, 'id')
     if (!isId('key', id)) throw new UsageError('--id: not an API key id (key_…)')
     if (!(await revokeApiKey(db, id))) throw new UsageError(`--id: no active API key ${id}`)
-    return { json: { id, revoked: true }, text: `Revoked ${id}; every instance refuses it within 5 seconds.` }
+    return { json: { id, revoked: true }, text: `Revoked ${id}; every instance refuses it within 5 seconds.`, audit: [{ action: 'api_key.revoked', api_key_id: id }] }
   },
 
   async 'keys rotate'(_values, { db, openSecretBox }) {
@@ -125,6 +141,7 @@ const COMMANDS: Record<string, Handler> = {
       text: retiredKid
         ? `New signing key ${kid}; ${retiredKid} is retired and still verifies tokens for ${retainedHours} h. Running instances switch within seconds.`
         : `New signing key ${kid} (there was no active key).`,
+      audit: [{ action: 'signing_key.rotated', kid, retired_kid: retiredKid ?? null }],
     }
   },
 
@@ -150,9 +167,17 @@ const COMMANDS: Record<string, Handler> = {
         '',
         `Try it: curl '${baseUrl}/account?key=${secret}'`,
       ].join('\n'),
+      audit: <AuditEntry[]>[
+        { action: 'account.created', account_id: account.id },
+        { action: 'user.created', user_id: user.id, account_id: account.id },
+        { action: 'api_key.created', api_key_id: key.id, account_id: account.id },
+      ],
     }
   },
 }
+
+/** Audit lines of a CLI run outside the server: stderr, whatever LOG_LEVEL says (they are the record of what was done). */
+const stderrLogger = () => createLogger('info', (line) => console.error(line))
 
 /** Runs one CLI command against a database; the caller decides where output goes. */
 export async function runCommand(argv: string[], context: CommandContext): Promise<CommandResult> {
@@ -180,7 +205,9 @@ export async function runCommand(argv: string[], context: CommandContext): Promi
   const handler = COMMANDS[name]
   if (!handler) return { exitCode: 2, output: `Unknown command: ${name}\n\n${USAGE}` }
   try {
-    const { json, text } = await handler(values, context)
+    const { json, text, audit = [] } = await handler(values, context)
+    const logger = context.logger ?? stderrLogger()
+    for (const entry of audit) logger.info('audit', { audit: true, command: name, ...entry })
     return { exitCode: 0, output: values.json ? JSON.stringify(json, null, 2) : text }
   } catch (error) {
     if (error instanceof UsageError || error instanceof ApiError || error instanceof SigningKeyError) {
