@@ -22,6 +22,7 @@ import { startSuccessorErasure } from './oauth/grants/refresh-token.ts'
 import { startEventRetention } from './delivery/retention.ts'
 import { startDeliveryWorker } from './delivery/supervisor.ts'
 import { createCommitNotifier } from './delivery/commit-notifier.ts'
+import { createMetrics, type Metrics } from './ops/metrics.ts'
 
 // The composition root: how one running instance is assembled from configuration, a database
 // and the features. The runtime entries (src/main.ts, src/main.deno.ts) and the tests start it.
@@ -73,6 +74,8 @@ export interface Instance {
   signer: TokenSigner
   /** Seals secrets the service reads back (ENCRYPTION_KEY); the CLI socket hands it to `keys rotate`. */
   secretBox: SecretBox
+  /** Set when METRICS_PORT is: the series `fetch` and the delivery worker feed; the runtime entry serves them. */
+  metrics: Metrics | undefined
   /** Stops background work (the delivery worker finishes its attempts in flight); the database stays open (its owner closes it). */
   stop(): Promise<void>
 }
@@ -139,13 +142,20 @@ export async function createInstance(options: {
     messaging,
     syncCaches: feed.pollNow,
   })
-  const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger }) : undefined
+  // The pool sizes are src/lib/db/client.ts's and src/delivery/worker.ts's.
+  const metrics =
+    config.metricsPort === undefined
+      ? undefined
+      : createMetrics({ handle, routes: app.routes, pools: handle.kind === 'postgres' ? { api: 10, ...(options.deliverWebhooks ? { worker: 4 } : {}) } : undefined })
+  const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger, metrics: metrics?.delivery }) : undefined
   const successorErasure = startSuccessorErasure({ db: handle.db, graceSeconds: config.oauthRefreshGraceSeconds, logger })
   const eventRetention = startEventRetention({ db: handle.db, retentionDays: config.eventRetentionDays, logger })
   const queuedCatchUp = startQueuedCatchUp(messaging)
+  const handler = requestHandler(app, logger, { trustedProxies: config.trustedProxies })
   return {
     app,
-    fetch: requestHandler(app, logger, { trustedProxies: config.trustedProxies }),
+    fetch: metrics ? metrics.http.measure(handler) : handler,
+    metrics,
     syncCaches: feed.pollNow,
     signer,
     secretBox,

@@ -3,6 +3,7 @@ import { bootInstance, logFirstRunHint } from './instance.ts'
 import { RUNTIME_BODY_LIMIT } from './lib/http.ts'
 import { runCommand } from './cli/commands.ts'
 import { cliSocketPath, parseForwardedCommand } from './cli/socket.ts'
+import { serveMetrics } from './ops/metrics-server.ts'
 
 // The Bun adapter: everything Bun-specific (Bun.serve, the CLI socket) stays in this file.
 
@@ -19,6 +20,12 @@ const server = Bun.serve({
   fetch: (request, server) => instance.fetch(request, server.requestIP(request)?.address),
   maxRequestBodySize: RUNTIME_BODY_LIMIT,
 })
+
+// Prometheus on its own port (METRICS_PORT), never on the API's: it has no authentication.
+const metricsServer =
+  instance.metrics && config.metricsPort !== undefined
+    ? serveMetrics(instance.metrics, { port: config.metricsPort, hostname: config.host, onError: (error) => logger.error('rendering the metrics failed', { error: String(error) }) })
+    : undefined
 
 let cliSocket: ReturnType<typeof Bun.serve> | undefined
 if (database.handle.kind === 'pglite') {
@@ -52,6 +59,7 @@ async function shutdown(signal: string) {
   await server.stop()
   clearTimeout(force)
   await instance.stop()
+  await metricsServer?.stop(true)
   if (cliSocket) {
     await cliSocket.stop(true)
     rmSync(cliSocketPath(config.dataDir), { force: true })
@@ -67,6 +75,7 @@ logger.info('listening', {
   url: `http://${config.host}:${server.port}`,
   public_url: config.publicUrl,
   database: database.handle.kind === 'postgres' ? 'postgresql' : `pglite:${config.dataDir}`,
+  ...(metricsServer ? { metrics_url: `http://${config.host}:${metricsServer.port}/metrics` } : {}),
 })
 await logFirstRunHint(booted)
 await logger.flush()

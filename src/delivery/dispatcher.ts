@@ -33,6 +33,8 @@ export interface DispatcherOptions {
   onError(message: string, error: unknown): void
   /** Each attempt as it ends, before it is recorded (the attempt's log line). */
   onAttempt?(delivery: ClaimedDelivery, attempt: RecordedAttempt): void
+  /** The number of sends in flight changed (metrics). */
+  onInFlight?(inFlight: number): void
 }
 
 export interface Dispatcher {
@@ -108,6 +110,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   const sendOne = async (delivery: ClaimedDelivery) => {
     inFlight++
+    options.onInFlight?.(inFlight)
     flow.started(delivery.hookId)
     const startedAt = performance.now()
     const result = await options.send(delivery)
@@ -116,6 +119,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     options.onAttempt?.(delivery, attempt)
     finished.push(attempt)
     inFlight--
+    options.onInFlight?.(inFlight)
     flush()
   }
 

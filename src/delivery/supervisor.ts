@@ -2,6 +2,8 @@ import type { Config } from '../lib/config.ts'
 import type { DatabaseHandle } from '../lib/db/client.ts'
 import type { Logger, LogFields } from '../lib/logger.ts'
 import type { FlowSettings } from './flow-control.ts'
+import type { DeliveryMetrics } from '../ops/metrics.ts'
+import type { OutcomeCounts } from '../ops/delivery-counts.ts'
 import { claimDueDeliveries, recordDeliveryAttempts, type ClaimOptions, type RecordedAttempt } from './store.ts'
 
 /** A subscription this process has not sent to lately starts with this many attempts in flight (src/delivery/flow-control.ts). */
@@ -43,6 +45,8 @@ export type FromWorker =
   | { type: 'log'; level: 'debug' | 'info' | 'warn' | 'error'; message: string; fields?: LogFields }
   /** The attempts' log lines, several to a message: one postMessage per attempt would cost more than the line. */
   | { type: 'attempts'; lines: LogFields[] }
+  /** Attempts ended since the last report by outcome (OUTCOMES order) and sends in flight now: at most one message per 50 ms. */
+  | { type: 'metrics'; outcomes: OutcomeCounts; inFlight: number }
   | { type: 'stopped' }
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -72,6 +76,8 @@ export function startDeliveryWorker(options: {
   handle: DatabaseHandle
   encryptionKey: Uint8Array
   logger: Logger
+  /** Where the thread's counts go (METRICS_PORT set). */
+  metrics?: DeliveryMetrics
   /** The thread's module: src/delivery/worker.ts, or a wrapper of it (tests make it die). */
   workerUrl?: string
 }): DeliveryWorker {
@@ -113,12 +119,14 @@ export function startDeliveryWorker(options: {
       if (message.type === 'call') void answer(message)
       else if (message.type === 'log') logger[message.level](message.message, message.fields)
       else if (message.type === 'attempts') for (const fields of message.lines) logger.info('delivery attempt', fields)
+      else if (message.type === 'metrics') options.metrics?.attempts(message.outcomes, message.inFlight)
       else if (message.type === 'stopped') stopped?.()
     })
     worker.addEventListener('error', (event) => logger.error('the delivery worker failed', { error: event.message }))
     worker.addEventListener('close', () => {
       if (stopping) return stopped?.()
       logger.error('the delivery worker stopped; starting it again', { in_ms: RESTART_DELAY_MS })
+      options.metrics?.workerRestarted()
       restartTimer = setTimeout(spawn, RESTART_DELAY_MS)
     })
     worker.postMessage({ type: 'start', settings } satisfies ToWorker)

@@ -6,6 +6,7 @@ import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatc
 import { sendWebhook, type AttemptResult } from './send.ts'
 import { DELIVERIES_CHANNEL, claimDueDeliveries, recordDeliveryAttempts, type ClaimedDelivery } from './store.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './supervisor.ts'
+import { OUTCOME_INDEX, type OutcomeCounts } from '../ops/delivery-counts.ts'
 
 const post = (message: FromWorker) => postMessage(message)
 const log = (level: 'debug' | 'info' | 'warn' | 'error', message: string, fields?: LogFields) => post({ type: 'log', level, message, fields })
@@ -115,7 +116,20 @@ async function start(settings: WorkerSettings) {
     if (attemptLines.length > 0) post({ type: 'attempts', lines: attemptLines })
     attemptLines = []
   }
-  flushAttemptLogs = flushAttemptLines
+  // Counts for the metrics, posted like the lines: at most one message per 50 ms.
+  const outcomes: OutcomeCounts = [0, 0, 0, 0]
+  let inFlight = 0
+  let countsTimer: ReturnType<typeof setTimeout> | undefined
+  const flushCounts = () => {
+    countsTimer = undefined
+    post({ type: 'metrics', outcomes: [...outcomes], inFlight })
+    outcomes.fill(0)
+  }
+  flushAttemptLogs = () => {
+    flushAttemptLines()
+    clearTimeout(countsTimer)
+    flushCounts()
+  }
   dispatcher = createDispatcher({
     store,
     send,
@@ -126,22 +140,28 @@ async function start(settings: WorkerSettings) {
     leaseMs: settings.leaseMs,
     pollMs: settings.pollMs,
     onError: (message, error) => log('error', message, { error: error instanceof Error ? error.message : String(error) }),
-    onAttempt: settings.logAttempts
-      ? (delivery, { result, decision }) => {
-          attemptLines.push({
-            hook_id: delivery.hookId,
-            event_id: delivery.eventId,
-            delivery_id: delivery.id,
-            attempt: delivery.attempts + 1,
-            status: result.status,
-            ...(result.error ? { error: result.error } : {}),
-            duration_ms: result.durationMs,
-            outcome: decision.kind,
-          })
-          if (attemptLines.length >= 500) flushAttemptLines()
-          else attemptTimer ??= setTimeout(flushAttemptLines, 50)
-        }
-      : undefined,
+    onInFlight(now) {
+      inFlight = now
+      countsTimer ??= setTimeout(flushCounts, 50)
+    },
+    onAttempt: (delivery, { result, decision }) => {
+      outcomes[OUTCOME_INDEX[decision.kind]]! += 1
+      countsTimer ??= setTimeout(flushCounts, 50)
+      if (settings.logAttempts) {
+        attemptLines.push({
+          hook_id: delivery.hookId,
+          event_id: delivery.eventId,
+          delivery_id: delivery.id,
+          attempt: delivery.attempts + 1,
+          status: result.status,
+          ...(result.error ? { error: result.error } : {}),
+          duration_ms: result.durationMs,
+          outcome: decision.kind,
+        })
+        if (attemptLines.length >= 500) flushAttemptLines()
+        else attemptTimer ??= setTimeout(flushAttemptLines, 50)
+      }
+    },
   })
 }
 

@@ -24,6 +24,7 @@ const EnvSchema = t.Object({
   EVENT_RETENTION_DAYS: t.Integer({ minimum: 7, maximum: 3650, default: 30 }),
   MCP_ALLOWED_ORIGINS: t.Optional(t.String()),
   TRUSTED_PROXIES: t.Optional(t.String()),
+  METRICS_PORT: t.Optional(t.Integer({ minimum: 1, maximum: 65535 })),
 })
 
 export type LogLevel = (typeof LOG_LEVELS)[number]
@@ -64,6 +65,8 @@ export interface Config {
   mcpAllowedOrigins: string[]
   /** Normalised CIDRs of the load balancers whose X-Forwarded-For is believed (src/lib/client-address.ts); empty: none. */
   trustedProxies: string[]
+  /** The Prometheus listener's port (on HOST); unset: no listener, and requests are not measured. */
+  metricsPort: number | undefined
 }
 
 export class ConfigError extends Error {}
@@ -103,6 +106,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     eventRetentionDays: parsed.EVENT_RETENTION_DAYS,
     mcpAllowedOrigins: parseOrigins(parsed.MCP_ALLOWED_ORIGINS ?? ''),
     trustedProxies: readTrustedProxies(parsed.TRUSTED_PROXIES ?? ''),
+    metricsPort: parsed.METRICS_PORT,
   }
 }
 

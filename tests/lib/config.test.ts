@@ -26,6 +26,7 @@ describe('loadConfig', () => {
       eventRetentionDays: 30,
       mcpAllowedOrigins: [],
       trustedProxies: [],
+      metricsPort: undefined,
     })
   })
 
