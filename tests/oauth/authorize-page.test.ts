@@ -129,7 +129,7 @@ describe('parameters (RFC 6749 §3.1)', () => {
   })
 
   test('a known parameter over its length is an error page (not a JSON body)', async () => {
-    expect(await expectErrorPage(await page({ ...valid(), client_id: 'c'.repeat(257) }))).toContain('The client_id parameter must be at most 256 characters')
+    expect(await expectErrorPage(await page({ ...valid(), client_id: 'c'.repeat(2049) }))).toContain('The client_id parameter must be at most 2048 characters')
     expect(await expectErrorPage(await page({ ...valid(), state: 's'.repeat(4097) }))).toContain('The state parameter must be at most 4096 characters')
   })
 
