@@ -36,7 +36,7 @@ if (database.handle.kind === 'pglite') {
     async fetch(request) {
       const argv = parseForwardedCommand(await request.json().catch(() => null))
       if (!argv) return Response.json({ exitCode: 2, output: 'error: expected {"argv": [string, …]}' }, { status: 400 })
-      const result = await runCommand(argv, { db: database.handle.db, baseUrl: config.baseUrl, openSecretBox: async () => instance.secretBox })
+      const result = await runCommand(argv, { db: database.handle.db, baseUrl: config.baseUrl, openSecretBox: async () => instance.secretBox, logger })
       await instance.syncCaches()
       // After `keys rotate`: sign with the new key from the next request, not the next poll.
       await instance.signer.reload()

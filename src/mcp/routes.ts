@@ -2,6 +2,7 @@ import { Elysia, t } from 'elysia'
 import { cors } from '../lib/cors.ts'
 import { ApiError } from '../lib/errors.ts'
 import { newId } from '../lib/ids.ts'
+import { incomingRequestIdOf } from '../lib/http.ts'
 import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
 import type { ToolDeps } from './tools.ts'
 import { isAllowedOrigin } from './origin.ts'
@@ -51,7 +52,8 @@ export function mcpRoutes(deps: McpRouteDeps) {
         // A tool call the token has no scope for: HTTP 403 with a step-up challenge, before the SDK server runs anything.
         const refusal = stepUpRefusal(caller, body, resourceMetadataUrl)
         if (refusal) throw refusal
-        const requestId = newId('req')
+        // The caller's own X-Request-Id when it sent a valid one, as on every other route.
+        const requestId = incomingRequestIdOf(request) ?? newId('req')
         const response = await handleMcpPost(deps, caller, request, body, requestId)
         response.headers.set('x-request-id', requestId)
         return response

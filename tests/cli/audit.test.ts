@@ -3,6 +3,7 @@ import { runCommand } from '../../src/cli/commands.ts'
 import { createLogger } from '../../src/lib/logger.ts'
 import { createSecretBox } from '../../src/lib/secret-box.ts'
 import { createTestDatabase } from '../support/database.ts'
+import { freshDataDir, runCli, startServerProcess } from '../support/process.ts'
 
 const database = await createTestDatabase()
 afterAll(() => database.drop())
@@ -67,3 +68,24 @@ test('run locally (no logger given), audit lines go to stderr, never stdout', as
     stdout.mockRestore()
   }
 })
+
+test('a command sent through the running server’s CLI socket leaves its audit line in the server’s log', async () => {
+  const env = { DATA_DIR: freshDataDir() }
+  const server = await startServerProcess(['bun', 'src/main.ts'], env)
+  try {
+    const cli = await runCli(['demo', '--json'], env)
+    expect(cli.exitCode).toBe(0)
+    const demo = JSON.parse(cli.stdout)
+    await server.waitForOutput('"audit":true')
+    const audit = server
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('"audit":true'))
+      .map((line) => JSON.parse(line))
+    expect(audit.map((line) => line.account_id)).toContain(demo.account.id)
+    expect(server.output()).not.toContain(demo.api_key.secret)
+    expect(cli.stderr).not.toContain('"audit":true')
+  } finally {
+    expect(await server.stop('SIGTERM')).toBe(0)
+  }
+}, 60_000)

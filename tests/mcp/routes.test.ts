@@ -199,3 +199,20 @@ describe('the endpoint', () => {
     expect(noAccept.headers.get('x-request-id')).toMatch(/^req_/)
   })
 })
+
+test("an MCP POST keeps the caller's valid X-Request-Id, as every other route does", async () => {
+  const fixture = await flowFixture(server)
+  const token = await tokenFor(fixture, {})
+  const response = await server.fetch('/v0/mcp', {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${token}`,
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'x-request-id': 'agent-trace.42',
+    },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } }),
+  })
+  expect(response.status).toBe(200)
+  expect(response.headers.get('x-request-id')).toBe('agent-trace.42')
+})
