@@ -7,8 +7,10 @@
 # No image registry is reachable from these machines, so the official base image (oven/bun) cannot
 # be pulled. The Dockerfile takes its base as the build argument BUN_IMAGE; this script builds a
 # local stand-in from Debian (debootstrap, minbase) plus the Bun binary of the npm package
-# @oven/bun-linux-x64, laid out like the official Debian image (user bun, uid 1000; bun in
-# /usr/local/bin; the same entrypoint), and builds with --build-arg BUN_IMAGE=<that tag>.
+# @oven/bun-linux-x64-baseline (the build the official image uses on amd64), laid out like the
+# official Debian image (oven-sh/bun dockerhub/debian/Dockerfile: user bun, uid 1000; bun and bunx
+# in /usr/local/bin; its environment, entrypoint and working directory), and builds with
+# --build-arg BUN_IMAGE=<that tag>.
 #
 # Caches, fastest first: the stand-in image itself (it stays in /var/lib/docker), then its root
 # file system as a tarball under /var/cache/messaging-service-ci, then debootstrap from the mirror
@@ -18,10 +20,12 @@ cd "$(dirname "$0")/.."
 
 BUN_VERSION=${BUN_VERSION:-1.4.5}
 SUITE=bookworm
-BASE_TAG="messaging-service-ci/bun-standin:${BUN_VERSION}-${SUITE}"
+BUN_PACKAGE=@oven/bun-linux-x64-baseline
+STANDIN_REVISION=2 # bump when the recipe below changes: it names both caches
+BASE_TAG="messaging-service-ci/bun-standin:${BUN_VERSION}-${SUITE}-r${STANDIN_REVISION}"
 IMAGE_TAG=messaging-service:ci
 CACHE_DIR=${CONTAINER_CACHE_DIR:-/var/cache/messaging-service-ci}
-BASE_TARBALL="${CACHE_DIR}/bun-standin-${BUN_VERSION}-${SUITE}.tar"
+BASE_TARBALL="${CACHE_DIR}/bun-standin-${BUN_VERSION}-${SUITE}-r${STANDIN_REVISION}.tar"
 PG_HOST=127.0.0.1
 PG_PORT=5432
 PUBLIC_URL_UNDER_TEST=https://messaging.ci.example
@@ -78,9 +82,10 @@ build_base_rootfs() { # writes $BASE_TARBALL
     | grep -oE 'https?://[^ ]+/debian' | head -n 1)
   timeout 600 debootstrap --variant=minbase "$SUITE" "$rootfs" "${mirror:-http://deb.debian.org/debian}" >"$work/debootstrap.log" 2>&1 \
     || { tail -n 5 "$work/debootstrap.log"; rm -rf "$work"; return 1; }
-  log "Bun ${BUN_VERSION} from the npm package @oven/bun-linux-x64"
-  (cd "$work" && timeout 300 npm pack "@oven/bun-linux-x64@${BUN_VERSION}" --silent >/dev/null 2>&1) \
-    && tar -xzf "$work/oven-bun-linux-x64-${BUN_VERSION}.tgz" -C "$work" package/bin/bun \
+  log "Bun ${BUN_VERSION} from the npm package ${BUN_PACKAGE}"
+  local tgz
+  tgz=$(cd "$work" && timeout 300 npm pack "${BUN_PACKAGE}@${BUN_VERSION}" --silent 2>/dev/null | tail -n 1) \
+    && tar -xzf "$work/$tgz" -C "$work" package/bin/bun \
     || { rm -rf "$work"; return 1; }
   install -m 0755 "$work/package/bin/bun" "$rootfs/usr/local/bin/bun"
   ln -s bun "$rootfs/usr/local/bin/bunx"
@@ -112,6 +117,8 @@ if ! docker image inspect "$BASE_TAG" >/dev/null 2>&1; then
     log "docker import ${BASE_TARBALL} as ${BASE_TAG}"
     timeout 300 docker import \
       --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+      --change 'ENV BUN_RUNTIME_TRANSPILER_CACHE_PATH=0' \
+      --change 'ENV BUN_INSTALL_BIN=/usr/local/bin' \
       --change 'WORKDIR /home/bun/app' \
       --change 'ENTRYPOINT ["/usr/local/bin/docker-entrypoint.sh"]' \
       --change 'CMD ["/usr/local/bin/bun"]' \
