@@ -48,6 +48,8 @@ finish() {
 
 cleanup() {
   docker rm -f "$NAME" "$NAME-busy" >/dev/null 2>&1 || true
+  # The images earlier runs built under the same tag (untagged now); the build cache stays.
+  timeout 60 docker image prune -f >/dev/null 2>&1 || true
   psql -q -h "$PG_HOST" -p "$PG_PORT" -U postgres -d postgres -c "DROP DATABASE IF EXISTS ${DB} WITH (FORCE)" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
