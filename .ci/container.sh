@@ -151,7 +151,7 @@ t0=$(date +%s)
 log "docker build --build-arg BUN_IMAGE=${BUILD_BASE} -t ${IMAGE_TAG} ."
 # --network host: `bun install` inside the build reaches the npm registry the way the host does.
 build_log=$(mktemp)
-if DOCKER_BUILDKIT=0 timeout 600 docker build --network host --build-arg "BUN_IMAGE=${BUILD_BASE}" -t "$IMAGE_TAG" . >"$build_log" 2>&1; then
+if DOCKER_BUILDKIT=0 timeout 600 docker build --force-rm --network host --build-arg "BUN_IMAGE=${BUILD_BASE}" -t "$IMAGE_TAG" . >"$build_log" 2>&1; then
   check "image builds ($(elapsed "$t0"))" 0
 else
   tail -n 20 "$build_log"
