@@ -1,5 +1,5 @@
 import { chmodSync, rmSync } from 'node:fs'
-import { bootInstance, logFirstRunHint } from './instance.ts'
+import { bootInstance, exitWith, logFirstRunHint } from './instance.ts'
 import { RUNTIME_BODY_LIMIT } from './lib/http.ts'
 import { runCommand } from './cli/commands.ts'
 import { cliSocketPath, parseForwardedCommand } from './cli/socket.ts'
@@ -14,17 +14,35 @@ process.umask(0o077)
 const booted = await bootInstance(process.env, { deliverWebhooks: true })
 const { config, logger, database, instance } = booted
 
-const server = Bun.serve({
-  port: config.port,
-  hostname: config.host,
-  fetch: (request, server) => instance.fetch(request, server.requestIP(request)?.address),
-  maxRequestBodySize: RUNTIME_BODY_LIMIT,
-})
+/** Opens a listener; an address already in use stops the start with one line naming the setting, not a stack trace. */
+async function listenOrExit<T>(setting: string, port: number, listen: () => T): Promise<T> {
+  try {
+    return listen()
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== 'EADDRINUSE') throw error
+    await instance.stop()
+    await database.close()
+    await logger.flush()
+    exitWith(`Cannot listen on ${config.host}:${port}: the address is in use. Stop what holds it, or set ${setting} (or HOST).`)
+  }
+}
+
+const server = await listenOrExit('PORT', config.port, () =>
+  Bun.serve({
+    port: config.port,
+    hostname: config.host,
+    fetch: (request, server) => instance.fetch(request, server.requestIP(request)?.address),
+    maxRequestBodySize: RUNTIME_BODY_LIMIT,
+  }),
+)
 
 // Prometheus on its own port (METRICS_PORT), never on the API's: it has no authentication.
+const metricsPort = config.metricsPort
 const metricsServer =
-  instance.metrics && config.metricsPort !== undefined
-    ? serveMetrics(instance.metrics, { port: config.metricsPort, hostname: config.host, onError: (error) => logger.error('rendering the metrics failed', { error: String(error) }) })
+  instance.metrics && metricsPort !== undefined
+    ? await listenOrExit('METRICS_PORT', metricsPort, () =>
+        serveMetrics(instance.metrics!, { port: metricsPort, hostname: config.host, onError: (error) => logger.error('rendering the metrics failed', { error: String(error) }) }),
+      )
     : undefined
 
 let cliSocket: ReturnType<typeof Bun.serve> | undefined
