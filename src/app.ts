@@ -5,6 +5,7 @@ import { isDatabaseReachable } from './lib/db/client.ts'
 import type { Logger } from './lib/logger.ts'
 import { httpFoundation } from './lib/http.ts'
 import { opsRoutes } from './ops/routes.ts'
+import { errorPageRoutes } from './ops/error-pages.ts'
 import { apiReference } from './ops/openapi.ts'
 import { accountRoutes } from './accounts/routes.ts'
 import { registrationRoutes } from './oauth/register.ts'
@@ -70,8 +71,9 @@ export function createApp(deps: AppDeps) {
     deliveriesQueued: deps.messaging.deliveriesQueued,
   }
   return new Elysia({ normalize: false })
-    .use(httpFoundation(deps.logger))
+    .use(httpFoundation(deps.logger, { publicUrl: deps.config.publicUrl }))
     .use(opsRoutes({ isDatabaseReachable: () => isDatabaseReachable(deps.db) }))
+    .use(errorPageRoutes())
     .use(discoveryRoutes({ config: deps.config }))
     .use(apiReference({ publicUrl: deps.config.publicUrl }))
     .group('/v0', (v0) => v0

@@ -151,7 +151,7 @@ export async function createInstance(options: {
   const successorErasure = startSuccessorErasure({ db: handle.db, graceSeconds: config.oauthRefreshGraceSeconds, logger })
   const eventRetention = startEventRetention({ db: handle.db, retentionDays: config.eventRetentionDays, logger })
   const queuedCatchUp = startQueuedCatchUp(messaging)
-  const handler = requestHandler(app, logger, { trustedProxies: config.trustedProxies })
+  const handler = requestHandler(app, logger, { publicUrl: config.publicUrl, trustedProxies: config.trustedProxies })
   return {
     app,
     fetch: metrics ? metrics.http.measure(handler) : handler,

@@ -3,6 +3,8 @@
  * RFC 6749 §5.2 / RFC 7591 §3.2.2 error object for OAuth endpoints.
  */
 
+import { problemTypeUrl } from './error-catalog.ts'
+
 export interface FieldError {
   path: string
   message: string
@@ -34,7 +36,6 @@ const TITLES: Record<number, string> = {
 }
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json'
-export const PROBLEM_TYPE_BASE = 'https://docs.messaging.example/errors/'
 
 /**
  * A failure the client is meant to see. `problemCode` (not `code`: Elysia reserves that name on
@@ -83,9 +84,13 @@ export const databaseUnavailable = () =>
 export const internalError = (requestId: string) =>
   new ApiError(500, 'internal_error', `Something went wrong on our side. Quote ${requestId} when reporting it.`)
 
-export function problemBody(error: ApiError, requestId: string): Problem {
+/**
+ * The problem body of a failure. `publicUrl` (PUBLIC_URL) is passed by whoever answers, never
+ * read from a global: `type` links to the section of `{PUBLIC_URL}/docs/errors` for the code.
+ */
+export function problemBody(error: ApiError, requestId: string, publicUrl: string): Problem {
   const body: Problem = {
-    type: `${PROBLEM_TYPE_BASE}${error.problemCode}`,
+    type: problemTypeUrl(publicUrl, error.problemCode),
     title: TITLES[error.status] ?? 'Error',
     status: error.status,
     detail: error.detail,
@@ -96,8 +101,8 @@ export function problemBody(error: ApiError, requestId: string): Problem {
   return body
 }
 
-export function problemResponse(error: ApiError, requestId: string, extraHeaders: Record<string, string> = {}): Response {
-  return new Response(JSON.stringify(problemBody(error, requestId)), {
+export function problemResponse(error: ApiError, requestId: string, publicUrl: string, extraHeaders: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify(problemBody(error, requestId, publicUrl)), {
     status: error.status,
     headers: { 'content-type': PROBLEM_CONTENT_TYPE, 'x-request-id': requestId, ...extraHeaders, ...error.options.headers },
   })

@@ -184,7 +184,7 @@ function toApiError(code: string | number, error: unknown, request: Request): Ap
  * routes, `jsonBodies()` or the OAuth wire format at public ones (which still declare
  * `parse: 'json'`, never reached, so that the OpenAPI document names the media type).
  */
-export function httpFoundation(logger: Logger) {
+export function httpFoundation(logger: Logger, options: { publicUrl: string }) {
   // While the database is away every request that needs it fails: one warning per 5 s says so
   // (each request's own log line has its 503), not one per request.
   let unavailableSince = -Infinity
@@ -227,7 +227,7 @@ export function httpFoundation(logger: Logger) {
       set.status = apiError.status
       set.headers['content-type'] = PROBLEM_CONTENT_TYPE
       for (const [name, value] of Object.entries(apiError.options.headers ?? {})) set.headers[name] = value
-      return problemBody(apiError, requestId)
+      return problemBody(apiError, requestId, options.publicUrl)
     })
 }
 
@@ -324,7 +324,7 @@ function withRequestId(response: Response, incoming: string | undefined): [Respo
 export function requestHandler(
   app: { fetch(request: Request): Response | Promise<Response> },
   logger: Logger,
-  options: { trustedProxies?: readonly string[] } = {},
+  options: { publicUrl: string; trustedProxies?: readonly string[] },
 ): FetchHandler {
   const logRequests = logger.isEnabled('info')
   const proxies = options.trustedProxies?.length ? trustedProxies(options.trustedProxies) : undefined
@@ -354,7 +354,7 @@ export function requestHandler(
   const failed = (request: Request, error: unknown): Response => {
     const requestId = incomingRequestIds.get(request) ?? newId('req')
     logger.error('unhandled error', { request_id: requestId, path: redactedPath(request.url), ...describeError(error) })
-    return problemResponse(internalError(requestId), requestId)
+    return problemResponse(internalError(requestId), requestId, options.publicUrl)
   }
 
   return function handle(request, clientAddress) {

@@ -14,7 +14,7 @@ const INSTRUCTIONS =
  * fresh server bound to its authenticated caller, so any instance behind a load balancer can
  * answer any request and nothing lives between requests.
  */
-export async function handleMcpPost(deps: ToolDeps, caller: Caller, request: Request, parsedBody: unknown, requestId: string): Promise<Response> {
+export async function handleMcpPost(deps: ToolDeps & { publicUrl: string }, caller: Caller, request: Request, parsedBody: unknown, requestId: string): Promise<Response> {
   const server = new Server(SERVER_INFO, { capabilities: { tools: {} }, instructions: INSTRUCTIONS })
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: TOOL_LIST }))
   server.setRequestHandler(CallToolRequestSchema, async ({ params }): Promise<CallToolResult> => {
@@ -22,7 +22,7 @@ export async function handleMcpPost(deps: ToolDeps, caller: Caller, request: Req
     if (!outcome) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${params.name}. tools/list names the tools.`)
     if (outcome.ok) return { content: [{ type: 'text', text: JSON.stringify(outcome.result) }], structuredContent: outcome.result }
     // The same problem body REST would answer, so a model reads the same field errors.
-    const problem = problemBody(outcome.error, requestId)
+    const problem = problemBody(outcome.error, requestId, deps.publicUrl)
     return { isError: true, content: [{ type: 'text', text: JSON.stringify(problem) }] }
   })
   const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })

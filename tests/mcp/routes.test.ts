@@ -81,6 +81,7 @@ describe('tools: the same rules as REST', () => {
     const http = await create({ event: 'message.inbound', target_url: 'http://hooks.example.com/' })
     expect(http.isError).toBe(true)
     expect(problemOf(http)).toMatchObject({ status: 422, code: 'validation_failed', errors: [{ path: '/target_url', message: 'must use https' }] })
+    expect(problemOf(http).type).toBe(`${server.config.publicUrl}/docs/errors#validation_failed`)
     const loopback = await create({ event: 'message.inbound', target_url: 'https://127.0.0.1/hook' })
     expect(problemOf(loopback).errors).toEqual([{ path: '/target_url', message: 'must not point at a private, loopback or link-local address (WEBHOOK_ALLOW_PRIVATE_TARGETS=true allows it, for local development)' }])
     const unknownEvent = await create({ event: 'message.exploded', target_url: 'https://hooks.example.com/' })

@@ -302,7 +302,7 @@ describe('a client ID metadata document client', () => {
     find: async (id: string | undefined) => (id?.startsWith('https://') ? { ...current, id } : null),
     record: async () => {},
   } as unknown as ClientDirectory
-  const app = new Elysia().use(httpFoundation(createLogger('error', () => {}))).group('/v0', (v0) =>
+  const app = new Elysia().use(httpFoundation(createLogger('error', () => {}), { publicUrl: server.origin })).group('/v0', (v0) =>
     v0.use(
       authorizeRoutes({
         db: server.database.handle.db,
