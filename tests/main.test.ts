@@ -75,7 +75,7 @@ describe('bun src/main.ts', () => {
   test('a port already in use stops the start with one line naming PORT, not a stack trace', () => {
     const holder = Bun.serve({ port: 0, hostname: '127.0.0.1', fetch: () => new Response('taken') })
     try {
-      const result = Bun.spawnSync(['bun', 'src/main.ts'], { cwd: ROOT, env: { ...process.env, ...env, DATA_DIR: freshDataDir(), PORT: String(holder.port) } })
+      const result = Bun.spawnSync(['bun', 'src/main.ts'], { cwd: ROOT, env: { ...process.env, ...env, PORT: String(holder.port) } })
       expect(result.exitCode).toBe(1)
       const lines = result.stderr.toString().trim().split('\n')
       expect(lines).toEqual([`Cannot listen on 127.0.0.1:${holder.port}: the address is in use. Stop what holds it, or set PORT (or HOST).`])
