@@ -17,7 +17,7 @@ import { sandboxCarrier } from './messages/carrier.ts'
 import { createMessageSettler, createMessageStorer, startQueuedCatchUp, type MessageDeps } from './messages/service.ts'
 import { prepareActiveKeyLookup } from './auth/api-keys.ts'
 import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/secret-box.ts'
-import { createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
+import { SigningKeyError, createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
 import { startSuccessorErasure } from './oauth/grants/refresh-token.ts'
 import { startEventRetention } from './delivery/retention.ts'
 import { startDeliveryWorker } from './delivery/supervisor.ts'
@@ -209,8 +209,15 @@ export async function bootInstance(env: Record<string, string | undefined>, opti
   const config = loadConfigOrExit(env)
   const logger = createLogger(config.logLevel)
   const database = await openDatabaseOrExit(config)
-  const instance = await createInstance({ config, logger, handle: database.handle, deliverWebhooks: options.deliverWebhooks })
-  return { config, logger, database, instance }
+  try {
+    const instance = await createInstance({ config, logger, handle: database.handle, deliverWebhooks: options.deliverWebhooks })
+    return { config, logger, database, instance }
+  } catch (error) {
+    // A signing key this ENCRYPTION_KEY cannot open is the operator's to fix: one line saying how, not a stack trace.
+    if (!(error instanceof SigningKeyError)) throw error
+    await database.close()
+    exitWith(`ENCRYPTION_KEY: ${error.message}`)
+  }
 }
 
 export async function logFirstRunHint({ database, logger }: Booted): Promise<void> {

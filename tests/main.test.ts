@@ -84,6 +84,17 @@ describe('bun src/main.ts', () => {
     }
   })
 
+  test('an ENCRYPTION_KEY that cannot open the stored signing key stops the start with one line naming it', () => {
+    // The file's DATA_DIR and database have started before (the first test): their signing key is sealed with DATA_DIR's key.
+    const otherKey = Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64')
+    const result = Bun.spawnSync(['bun', 'src/main.ts'], { cwd: ROOT, env: { ...process.env, ...env, PORT: '0', ENCRYPTION_KEY: otherKey } })
+    expect(result.exitCode).toBe(1)
+    const lines = result.stderr.toString().trim().split('\n')
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toStartWith('ENCRYPTION_KEY: cannot decrypt signing key')
+    expect(result.stderr.toString()).not.toContain(otherKey)
+  })
+
   test('bad configuration stops the process with one line naming the variable', () => {
     for (const [variable, value] of [['PORT', 'http'], ['LOG_LEVEL', 'loud'], ['PUBLIC_URL', 'localhost:3000']] as const) {
       const result = Bun.spawnSync(['bun', 'src/main.ts'], { cwd: ROOT, env: { ...process.env, ...env, [variable]: value } })
