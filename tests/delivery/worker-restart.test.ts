@@ -41,7 +41,11 @@ describe('the delivery worker thread dies', () => {
       const fixture = new URL('../support/fixtures/dying-delivery-worker.ts', import.meta.url).href
       writeFileSync(workerModule, `import { dieOnceAfterFirstAttempt } from ${JSON.stringify(fixture)}\ndieOnceAfterFirstAttempt(${JSON.stringify({ mode, marker: join(dir, 'died') })})\n`)
       const lines: string[] = []
+      // What the metrics listener is told (src/ops/metrics.ts): restarts, and the attempts the living threads reported.
+      let restarts = 0
+      let delivered = 0
       const worker = startDeliveryWorker({
+        metrics: { attempts: (outcomes) => (delivered += outcomes[0]), workerRestarted: () => restarts++ },
         config: server.config,
         handle: server.database.handle,
         encryptionKey: server.config.encryptionKey!,
@@ -54,12 +58,16 @@ describe('the delivery worker thread dies', () => {
         const eventIds = () => new Set(onPath().map((request) => request.headers['webhook-id']))
         await receiver.waitFor(() => eventIds().size === 5 && onPath().length >= 6, leaseFor(server.config.webhookTimeoutMs) + 10_000)
         expect(lines.some((line) => line.includes('the delivery worker stopped; starting it again'))).toBe(true)
+        expect(restarts).toBe(1)
         // The attempt the dead thread made was never recorded: the same event came again, after its lease ran out.
         const times = new Map<string, number[]>()
         for (const request of onPath()) times.set(request.headers['webhook-id']!, [...(times.get(request.headers['webhook-id']!) ?? []), request.arrivedAt])
         const [first, again] = [...times.values()].find((at) => at.length === 2)!
         expect(again! - first!).toBeGreaterThanOrEqual(leaseFor(server.config.webhookTimeoutMs) - 1_000)
         expect(performance.now() - started).toBeLessThan(leaseFor(server.config.webhookTimeoutMs) + 10_000)
+        await worker.stop()
+        // The new thread's attempts reach the metrics (how many the dead one had reported before dying varies).
+        expect(delivered).toBeGreaterThan(0)
       } finally {
         await worker.stop()
         rmSync(dir, { recursive: true, force: true })
