@@ -1,7 +1,7 @@
 import { count } from 'drizzle-orm'
 import { ConfigError, loadConfig, type Config } from './lib/config.ts'
 import type { DatabaseHandle } from './lib/db/client.ts'
-import { openPgliteDirectory, pgliteDatabase, postgresDatabase } from './lib/db/client.ts'
+import { POOL_SIZES, openPgliteDirectory, pgliteDatabase, postgresDatabase } from './lib/db/client.ts'
 import { migratePgliteDatabase, migratePostgresDatabase } from './lib/db/migrate.ts'
 import { DataDirLockedError, acquireDataDirLock } from './lib/db/data-dir-lock.ts'
 import { closeToOthers } from './lib/file-modes.ts'
@@ -142,11 +142,10 @@ export async function createInstance(options: {
     messaging,
     syncCaches: feed.pollNow,
   })
-  // The pool sizes are src/lib/db/client.ts's and src/delivery/worker.ts's.
   const metrics =
     config.metricsPort === undefined
       ? undefined
-      : createMetrics({ handle, routes: app.routes, pools: handle.kind === 'postgres' ? { api: 10, ...(options.deliverWebhooks ? { worker: 4 } : {}) } : undefined })
+      : createMetrics({ handle, routes: app.routes, pools: handle.kind === 'postgres' ? { api: POOL_SIZES.api, ...(options.deliverWebhooks ? { worker: POOL_SIZES.worker } : {}) } : undefined })
   const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger, metrics: metrics?.delivery }) : undefined
   const successorErasure = startSuccessorErasure({ db: handle.db, graceSeconds: config.oauthRefreshGraceSeconds, logger })
   const eventRetention = startEventRetention({ db: handle.db, retentionDays: config.eventRetentionDays, logger })

@@ -1,5 +1,5 @@
 // The delivery worker thread (started by src/delivery/supervisor.ts): claim → send → record.
-import { postgresClient, preparedDrizzle } from '../lib/db/client.ts'
+import { POOL_SIZES, postgresClient, preparedDrizzle } from '../lib/db/client.ts'
 import { createSecretBox, type SecretBox } from '../lib/secret-box.ts'
 import type { LogFields } from '../lib/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
@@ -40,7 +40,7 @@ function proxiedStore(): DeliveryStore {
  */
 async function postgresStore(url: string, onNotified: () => void): Promise<DeliveryStore> {
   const client = postgresClient(url, {
-    max: 4,
+    max: POOL_SIZES.worker,
     onAvailability: (available, error) =>
       available
         ? log('info', 'the database answers again: claiming deliveries')

@@ -148,8 +148,11 @@ export function postgresClient(url: string, options: PostgresClientOptions): pos
   })
 }
 
+/** Connections per process: the API's pool and the delivery worker thread's own (the metrics report both). */
+export const POOL_SIZES = { api: 10, worker: 4 } as const
+
 export function postgresDatabase(url: string, options: { max?: number } = {}): DatabaseHandle {
-  const client = postgresClient(url, { max: options.max ?? 10 })
+  const client = postgresClient(url, { max: options.max ?? POOL_SIZES.api })
   return {
     db: preparedDrizzle(client),
     kind: 'postgres',
