@@ -293,11 +293,13 @@ const userAgents = new Map<string, string>()
  */
 export function loggedUserAgent(raw: string | null): string | undefined {
   if (raw === null) return undefined
-  const known = userAgents.get(raw)
+  // Keyed by the part that is read, so a huge header costs the cache no more than a short one.
+  const read = raw.slice(0, MAX_USER_AGENT * 2)
+  const known = userAgents.get(read)
   if (known !== undefined) return known
-  const clean = redactSecrets(raw.slice(0, MAX_USER_AGENT * 2).replace(UNPRINTABLE, '')).slice(0, MAX_USER_AGENT)
+  const clean = redactSecrets(read.replace(UNPRINTABLE, '')).slice(0, MAX_USER_AGENT)
   if (userAgents.size >= 1000) userAgents.clear()
-  userAgents.set(raw, clean)
+  userAgents.set(read, clean)
   return clean
 }
 
