@@ -35,6 +35,7 @@ const STATUS_OF_STATE: Record<DeliveryState, string> = { pending: 'pending', suc
 interface DeliveryRow {
   id: string
   hook_id: string
+  hook_status: string
   event_id: string
   event_type: string
   test: boolean
@@ -71,7 +72,7 @@ function toDeliveryResource(row: DeliveryRow): DeliveryResource {
 
 /** Deliveries with their event's type and their latest attempt, filtered by `where` (over `d`, the delivery, and `h`, its subscription). */
 const selectDeliveries = (where: SQL, tail: SQL = sql``) => sql`
-  select d.id, d.hook_id, d.event_id, e.type as event_type, e.test, d.status, d.attempts, d.next_attempt_at, d.created_at,
+  select d.id, d.hook_id, h.status as hook_status, d.event_id, e.type as event_type, e.test, d.status, d.attempts, d.next_attempt_at, d.created_at,
          a.status_code as last_status_code, a.duration_ms as last_duration_ms, a.error as last_error, a.attempted_at as last_at
   from deliveries d
   join hooks h on h.id = d.hook_id
@@ -102,14 +103,11 @@ export async function listDeliveries(db: Database, hookId: string, query: { limi
 const noSuchDelivery = (deliveryId: string) => notFound(`No delivery ${deliveryId} on this account.`)
 
 /** One delivery of the account's (of `hookId` when given), or 404. */
-async function findDelivery(db: Database, accountId: string, deliveryId: string, hookId?: string): Promise<DeliveryRow & { hook_status: string }> {
+async function findDelivery(db: Database, accountId: string, deliveryId: string, hookId?: string): Promise<DeliveryRow> {
   if (!isId('dlv', deliveryId) || (hookId !== undefined && !isId('hook', hookId))) throw noSuchDelivery(deliveryId)
   const conditions = [sql`d.id = ${deliveryId}`, sql`h.account_id = ${accountId}`]
   if (hookId !== undefined) conditions.push(sql`h.id = ${hookId}`)
-  const [row] = await queryRows<DeliveryRow & { hook_status: string }>(
-    db,
-    sql`select s.*, h.status as hook_status from (${selectDeliveries(sql.join(conditions, sql` and `))}) s join hooks h on h.id = s.hook_id`,
-  )
+  const [row] = await queryRows<DeliveryRow>(db, selectDeliveries(sql.join(conditions, sql` and `)))
   if (!row) throw noSuchDelivery(deliveryId)
   return row
 }
