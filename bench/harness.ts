@@ -806,6 +806,8 @@ export interface Comparison<S> extends ComparisonSettings {
   measure(server: Server, logLevel: LogLevel, setup: S, workDir: string): Promise<Outcome>
   /** Requests with a status >= 400 that `measure` makes on purpose, per server. */
   expectedFailures?: number
+  /** Settings of our server besides the storage's and LOG_LEVEL, in every phase. */
+  serviceEnv?: Record<string, string>
 }
 
 /**
@@ -824,13 +826,13 @@ export async function compareWithBare<S>(c: Comparison<S>): Promise<{ summary: S
   console.log()
 
   const inspect = { redact: c.load.redact, expectedFailures: c.expectedFailures ?? 0 }
-  const setup = await withService('server-setup', { ...storage.env, LOG_LEVEL: 'warn' }, workDir, { redact: c.load.redact }, c.setup)
+  const setup = await withService('server-setup', { ...storage.env, ...c.serviceEnv, LOG_LEVEL: 'warn' }, workDir, { redact: c.load.redact }, c.setup)
   const outcomes: Outcome[] = [{ measurements: [], problems: setup.problems }]
   for (let round = 1; round <= c.rounds; round++) {
     console.log(`round ${round}/${c.rounds}`)
     outcomes.push(await barePhase(round, workDir, c.load))
     for (const logLevel of LOG_LEVELS) {
-      const env = { ...storage.env, LOG_LEVEL: logLevel }
+      const env = { ...storage.env, ...c.serviceEnv, LOG_LEVEL: logLevel }
       const run = await withService(`server-${logLevel}-r${round}`, env, workDir, inspect, (server) => c.measure(server, logLevel, setup.result, workDir))
       outcomes.push(run.result, { measurements: [], problems: run.problems })
     }

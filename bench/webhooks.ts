@@ -978,9 +978,11 @@ async function main(): Promise<number> {
   // The receiver's CA joins the runtime's trust store at start (NODE_EXTRA_CA_CERTS), as a public
   // CA is for a real receiver. WEBHOOK_CA_FILE would make every attempt pass the whole CA list to
   // fetch, which Bun parses per request (about 110 µs of CPU each: docs/performance.md).
-  const serviceEnv = { ...storage.env, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', NODE_EXTRA_CA_CERTS: receiver.caFile }
+  // API_RATE_LIMIT=0: the load sends thousands of messages a second with one API key, as an
+  // integrator whose limit was raised for that volume would.
+  const serviceEnv = { ...storage.env, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', NODE_EXTRA_CA_CERTS: receiver.caFile, API_RATE_LIMIT: '0' }
   const server = await startService('server', serviceEnv, workDir)
-  log(`server: bun src/main.ts on ${server.origin}, LOG_LEVEL default (info), WEBHOOK_* defaults`)
+  log(`server: bun src/main.ts on ${server.origin}, LOG_LEVEL default (info), WEBHOOK_* defaults, API_RATE_LIMIT=0`)
   let sql: Sql | null = null
   let probe: Sql | null = null
   if (storage.database) {

@@ -27,6 +27,7 @@ import type { MessageDeps } from './messages/service.ts'
 import { isForbiddenHost } from './lib/outbound.ts'
 import { mcpRoutes } from './mcp/routes.ts'
 import { createClientDirectory } from './oauth/clients.ts'
+import { createRequestRateLimiter } from './auth/request-rate-limit.ts'
 
 export interface AppDeps {
   config: Config
@@ -47,7 +48,9 @@ export interface AppDeps {
 /** The whole HTTP surface as one Elysia app; runtimes serve it through `requestHandler` (src/lib/http.ts). */
 export function createApp(deps: AppDeps) {
   const resourceMetadataUrl = `${deps.config.publicUrl}/.well-known/oauth-protected-resource/v0`
-  const auth = { ...deps, resourceMetadataUrl, baseUrl: deps.config.baseUrl }
+  // One limiter for every route of this instance: a credential's requests are counted together.
+  const rateLimiter = deps.config.apiRateLimit > 0 ? createRequestRateLimiter({ ratePerSecond: deps.config.apiRateLimit }) : undefined
+  const auth = { ...deps, resourceMetadataUrl, baseUrl: deps.config.baseUrl, rateLimiter }
   const tokens = {
     db: deps.db,
     // Client ID metadata documents are fetched under the webhook rules (SPEC §5): the same private-target switch and CAs.

@@ -1,10 +1,11 @@
 import { Elysia } from 'elysia'
 import { ApiError, notFound } from '../lib/errors.ts'
-import { noteCaller, readJsonBody } from '../lib/http.ts'
+import { noteCaller, noteResponseHeaders, readJsonBody } from '../lib/http.ts'
 import type { AuthenticateApiKey, Caller } from './authenticator.ts'
 import type { Scope } from './scopes.ts'
 import type { BearerAuthenticator } from './bearer.ts'
 import { insufficientScope, unauthorized as unauthorizedChallenge } from './challenges.ts'
+import { rateLimitKey, type RequestRateLimiter } from './request-rate-limit.ts'
 
 export interface AuthRequirement {
   /** The scope the credential must carry (API keys carry every scope); null: any valid credential. */
@@ -28,6 +29,8 @@ export interface AuthPluginDeps {
   baseUrl: string
   /** Absolute URL of the protected-resource metadata (RFC 9728) named in WWW-Authenticate. */
   resourceMetadataUrl: string
+  /** API_RATE_LIMIT; absent when it is 0 (no limit, no RateLimit headers). */
+  rateLimiter?: RequestRateLimiter
 }
 
 function unauthorized(deps: AuthPluginDeps, requirement: AuthRequirement, detail: string, tokenSent: boolean): ApiError {
@@ -96,7 +99,37 @@ export function ownAccount(caller: Caller, accountId: string): string {
   return accountId
 }
 
-/** Who is calling, per the route's requirement; throws the 400, 401 or 403 the caller sees. */
+/**
+ * Counts the request against its credential's rate limit (after authentication, before the scope
+ * check: a credential that keeps asking for what it may not do is counted too). Every answer to
+ * it carries the RateLimit headers; over the limit it is 429 with Retry-After.
+ */
+function limitRate(deps: AuthPluginDeps, request: Request, caller: Caller): void {
+  const limiter = deps.rateLimiter
+  if (!limiter) return
+  const decision = limiter.take(rateLimitKey(caller.credential))
+  noteResponseHeaders(request, { 'ratelimit-policy': limiter.policy, ratelimit: limiter.header(decision) })
+  if (!decision.allowed) {
+    throw new ApiError(
+      429,
+      'rate_limited',
+      `Too many requests with this credential: wait ${decision.retryAfterSeconds} s (Retry-After), then keep within the RateLimit-Policy header.`,
+      { headers: { 'retry-after': String(decision.retryAfterSeconds) } },
+    )
+  }
+}
+
+/** Who is calling, per the route's requirement: rate-limited and scope-checked; throws the 400, 401, 403 or 429 the caller sees. */
+async function authorizeCaller(deps: AuthPluginDeps, requirement: AuthRequirement, request: Request): Promise<Caller> {
+  const caller = await identifyCaller(deps, requirement, request)
+  // Noted for the request's log line (account, credential kind and id; never the secret) as
+  // soon as it is known, so that a refusal after authentication (403, 413, 422, 429, ...) names it too.
+  noteCaller(request, caller)
+  limitRate(deps, request, caller)
+  return checkScope(deps, caller, requirement)
+}
+
+/** Who is calling, per the route's requirement; throws the 400 or 401 the caller sees. */
 async function identifyCaller(deps: AuthPluginDeps, requirement: AuthRequirement, request: Request): Promise<Caller> {
   requirement.before?.(request)
   const authorization = request.headers.get('authorization')
@@ -114,7 +147,7 @@ async function identifyCaller(deps: AuthPluginDeps, requirement: AuthRequirement
     let lastError = 'The access token is invalid.'
     for (const audience of requirement.audiences ?? [deps.baseUrl]) {
       const result = await deps.bearer.authenticate(token, audience)
-      if ('caller' in result) return checkScope(deps, result.caller, requirement)
+      if ('caller' in result) return result.caller
       lastError = result.error
     }
     throw unauthorized(deps, requirement, lastError, true)
@@ -126,7 +159,7 @@ async function identifyCaller(deps: AuthPluginDeps, requirement: AuthRequirement
   if (requirement.accepts === 'bearer') throw unauthorized(deps, requirement, 'This endpoint takes a bearer access token, not an API key.', false)
   const caller = await deps.authenticateApiKey(key)
   if (!caller) throw unauthorized(deps, requirement, 'The API key is invalid or has been revoked.', false)
-  return checkScope(deps, caller, requirement)
+  return caller
 }
 
 /**
@@ -144,15 +177,13 @@ export function authPlugin(deps: AuthPluginDeps) {
       const authenticate = (request: Request) => {
         let caller = callers.get(request)
         if (!caller) {
-          caller = identifyCaller(deps, requirement, request)
+          caller = authorizeCaller(deps, requirement, request)
           callers.set(request, caller)
         }
         return caller
       }
-      // Noted for the request's log line (account, credential kind and id; never the secret) as
-      // soon as it is known, so that a refusal after authentication (413, 422, ...) names it too.
       const readBodyOfCaller = async ({ request }: { request: Request }) => {
-        noteCaller(request, await authenticate(request))
+        await authenticate(request)
         return readJsonBody(request)
       }
       return {
@@ -161,7 +192,7 @@ export function authPlugin(deps: AuthPluginDeps) {
         // in the OpenAPI document. Elysia runs named parsers in a macro but does not type them.
         parse: [readBodyOfCaller, 'json'] as unknown as typeof readBodyOfCaller,
         async transform({ request }: { request: Request }) {
-          noteCaller(request, await authenticate(request))
+          await authenticate(request)
         },
         async resolve({ request }): Promise<{ caller: Caller }> {
           return { caller: await authenticate(request) }

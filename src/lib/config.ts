@@ -25,6 +25,7 @@ const EnvSchema = t.Object({
   MCP_ALLOWED_ORIGINS: t.Optional(t.String()),
   TRUSTED_PROXIES: t.Optional(t.String()),
   METRICS_PORT: t.Optional(t.Integer({ minimum: 1, maximum: 65535 })),
+  API_RATE_LIMIT: t.Integer({ minimum: 0, maximum: 100_000, default: 100 }),
 })
 
 export type LogLevel = (typeof LOG_LEVELS)[number]
@@ -67,6 +68,8 @@ export interface Config {
   trustedProxies: string[]
   /** The Prometheus listener's port (on HOST); unset: no listener, and requests are not measured. */
   metricsPort: number | undefined
+  /** Requests per second per credential (bursts up to twice that), per instance; 0: no limit. */
+  apiRateLimit: number
 }
 
 export class ConfigError extends Error {}
@@ -107,6 +110,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     mcpAllowedOrigins: parseOrigins(parsed.MCP_ALLOWED_ORIGINS ?? ''),
     trustedProxies: readTrustedProxies(parsed.TRUSTED_PROXIES ?? ''),
     metricsPort: parsed.METRICS_PORT,
+    apiRateLimit: parsed.API_RATE_LIMIT,
   }
 }
 

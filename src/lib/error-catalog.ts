@@ -169,8 +169,8 @@ export const PROBLEM_CODES: readonly ErrorCatalogEntry[] = [
     code: 'rate_limited',
     status: '429',
     title: 'Too many requests',
-    happened: 'Too many attempts (for example failed sign-ins) in a short time.',
-    todo: 'Wait the number of seconds in Retry-After before trying again.',
+    happened: 'Too many requests in a short time: with one credential (API_RATE_LIMIT a second, bursts of twice that), or too many failed sign-ins or registrations from one address.',
+    todo: 'Wait the number of seconds in Retry-After before trying again. With an API key or a token, keep within the RateLimit-Policy header and watch the RateLimit header (requests left, seconds until the full burst is back).',
   },
   {
     code: 'internal_error',

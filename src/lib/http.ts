@@ -303,23 +303,36 @@ export function loggedUserAgent(raw: string | null): string | undefined {
   return clean
 }
 
-function withRequestId(response: Response, incoming: string | undefined): [Response, string] {
-  const existing = response.headers.get('x-request-id')
-  if (existing !== null) return [response, existing]
-  const requestId = incoming ?? newId('req')
+/** Headers decided while the request was handled that every answer to it carries, whoever shaped it (the rate limit's). */
+const responseHeaders = new WeakMap<Request, Record<string, string>>()
+
+/** Called by the auth macro once the request's rate-limit state is known (src/auth/plugin.ts). */
+export function noteResponseHeaders(request: Request, headers: Record<string, string>): void {
+  responseHeaders.set(request, headers)
+}
+
+function setHeaders(response: Response, headers: Record<string, string>): Response {
   try {
-    response.headers.set('x-request-id', requestId)
-    return [response, requestId]
+    for (const name in headers) response.headers.set(name, headers[name]!)
+    return response
   } catch {
     // Some responses (redirects, proxied fetches) have immutable headers: copy them.
     const copy = new Response(response.body, response)
-    copy.headers.set('x-request-id', requestId)
-    return [copy, requestId]
+    for (const name in headers) copy.headers.set(name, headers[name]!)
+    return copy
   }
 }
 
+function withRequestHeaders(request: Request, response: Response, incoming: string | undefined): [Response, string] {
+  const noted = responseHeaders.get(request)
+  const existing = response.headers.get('x-request-id')
+  if (existing !== null) return [noted ? setHeaders(response, noted) : response, existing]
+  const requestId = incoming ?? newId('req')
+  return [setHeaders(response, noted ? { ...noted, 'x-request-id': requestId } : { 'x-request-id': requestId }), requestId]
+}
+
 /**
- * Around the app: a request id on every response and one log line
+ * Around the app: a request id (and the headers noted for the request) on every response and one log line
  * per request. Kept out of Elysia's lifecycle hooks, which cost microseconds on every request
  * even when empty, and synchronous whenever the app answers synchronously (docs/performance.md).
  */
@@ -332,7 +345,7 @@ export function requestHandler(
   const proxies = options.trustedProxies?.length ? trustedProxies(options.trustedProxies) : undefined
 
   const finish = (request: Request, start: number, answered: Response, incoming: string | undefined): Response => {
-    const [response, requestId] = withRequestId(answered, incoming)
+    const [response, requestId] = withRequestHeaders(request, answered, incoming)
     if (logRequests) {
       const caller = callers.get(request)
       const credential = caller?.credential

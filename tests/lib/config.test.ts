@@ -27,6 +27,7 @@ describe('loadConfig', () => {
       mcpAllowedOrigins: [],
       trustedProxies: [],
       metricsPort: undefined,
+      apiRateLimit: 100,
     })
   })
 
