@@ -7,6 +7,7 @@ import { httpFoundation } from './lib/http.ts'
 import { opsRoutes } from './ops/routes.ts'
 import { errorPageRoutes } from './ops/error-pages.ts'
 import { apiReference } from './ops/openapi.ts'
+import { buildApiDocument } from './ops/openapi-document.ts'
 import { accountRoutes } from './accounts/routes.ts'
 import { registrationRoutes } from './oauth/register.ts'
 import { discoveryRoutes } from './oauth/discovery.ts'
@@ -73,12 +74,11 @@ export function createApp(deps: AppDeps) {
     send: { timeoutMs: deps.config.webhookTimeoutMs, allowPrivate: deps.config.webhookAllowPrivateTargets, ca: deps.config.webhookCaPem },
     deliveriesQueued: deps.messaging.deliveriesQueued,
   }
-  return new Elysia({ normalize: false })
+  const app = new Elysia({ normalize: false })
     .use(httpFoundation(deps.logger, { publicUrl: deps.config.publicUrl }))
     .use(opsRoutes({ isDatabaseReachable: () => isDatabaseReachable(deps.db) }))
     .use(errorPageRoutes())
     .use(discoveryRoutes({ config: deps.config }))
-    .use(apiReference({ publicUrl: deps.config.publicUrl }))
     .group('/v0', (v0) => v0
         .use(accountRoutes({ ...deps, ...auth }))
         .use(registrationRoutes({ db: deps.db }))
@@ -91,6 +91,10 @@ export function createApp(deps: AppDeps) {
         .use(hookRoutes(hooks))
         .use(mcpRoutes({ ...hooks, publicUrl: deps.config.publicUrl, allowedOrigins: deps.config.mcpAllowedOrigins }))
         .use(messageRoutes({ ...auth, ...deps.messaging })))
+  // Built once every route exists and before any request: Elysia amends a route's schemas the
+  // first time it fails, and the document must describe them as declared.
+  const document = buildApiDocument(app, { publicUrl: deps.config.publicUrl, baseUrl: deps.config.baseUrl, exclude: [/^\/v0\/docs/, '/v0/openapi.json'] })
+  return app.use(apiReference({ document }))
 }
 
 export type App = ReturnType<typeof createApp>

@@ -25,7 +25,7 @@ export function accountRoutes(deps: AccountRoutesDeps) {
       {
         auth: { scope: 'account:read' },
         response: { 200: AccountSchema },
-        detail: { summary: "Get the caller's account" },
+        detail: { operationId: 'getAccount', summary: "Get the caller's account" },
       },
     )
     .patch(
@@ -40,7 +40,7 @@ export function accountRoutes(deps: AccountRoutesDeps) {
         auth: { scope: null, accepts: 'api_key' },
         body: UpdateAccountBody,
         response: { 200: AccountSchema },
-        detail: { summary: "Rename the caller's account" },
+        detail: { operationId: 'updateAccount', summary: "Rename the caller's account" },
       },
     )
 }

@@ -7,7 +7,7 @@ export const AccountSchema = t.Object(
     name: t.String(),
     created_at: t.String({ format: 'date-time' }),
   },
-  { $id: '#/components/schemas/Account', title: 'Account' },
+  { title: 'Account' },
 )
 
 /** `{account_id}` in a path: the caller's own account (src/auth/plugin.ts `ownAccount`). */
@@ -19,7 +19,7 @@ export const AccountNameSchema = PersonName({
   description: 'Display name: 1 to 200 characters on one line, not only white space.',
 })
 
-export const UpdateAccountBody = t.Object({ name: AccountNameSchema }, { additionalProperties: false })
+export const UpdateAccountBody = t.Object({ name: AccountNameSchema }, { additionalProperties: false, title: 'UpdateAccountRequest' })
 
 // No white space and no control characters in any part.
 export const EmailSchema = t.String({ maxLength: 254, pattern: '^[^\\s@\\u0000-\\u001f\\u007f]+@[^\\s@\\u0000-\\u001f\\u007f]+\\.[^\\s@\\u0000-\\u001f\\u007f]+$' })

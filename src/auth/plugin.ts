@@ -87,7 +87,7 @@ export function keyParameter(url: string): string | undefined | typeof REPEATED 
 
 /** The route's OpenAPI `security`: which credentials it takes, and the scope a bearer token needs. */
 function securityOf(requirement: AuthRequirement): Record<string, string[]>[] {
-  const bearer = { bearer: requirement.scope ? [requirement.scope] : [] }
+  const bearer = { oauth2: requirement.scope ? [requirement.scope] : [] }
   if (requirement.accepts === 'api_key') return [{ apiKey: [] }]
   if (requirement.accepts === 'bearer') return [bearer]
   return [{ apiKey: [] }, bearer]

@@ -2,6 +2,15 @@
 export const SCOPES = ['account:read', 'hooks:read', 'hooks:write', 'messages:read', 'messages:send'] as const
 export type Scope = (typeof SCOPES)[number]
 
+/** Each scope in words, as the consent page and the OpenAPI document's oauth2 scheme show it. */
+export const SCOPE_DESCRIPTIONS: Record<Scope, string> = {
+  'account:read': "See your account's name and id",
+  'hooks:read': 'See your webhook subscriptions and their delivery logs',
+  'hooks:write': 'Create, change, pause, test and delete webhook subscriptions, and resend their deliveries',
+  'messages:read': 'Read your messages and their status',
+  'messages:send': 'Send messages on your behalf',
+}
+
 export const isScope = (name: string): name is Scope => (SCOPES as readonly string[]).includes(name)
 
 /** A scope parameter (RFC 6749 §3.3: names one space apart) as its names, each once, in the order given. */

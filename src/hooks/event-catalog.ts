@@ -10,7 +10,7 @@ export const EventTypeSchema = t.Object(
     schema: t.Record(t.String(), t.Unknown(), { description: "JSON Schema (2020-12) of the event's body, as deliveries send it." }),
     example: EventSchema,
   },
-  { $id: '#/components/schemas/EventType', title: 'EventType' },
+  { title: 'EventType' },
 )
 
 type Message = Static<typeof MessageSchema>

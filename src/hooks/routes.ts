@@ -1,7 +1,8 @@
 import { Elysia, t } from 'elysia'
 import { PageQuery, pageOf } from '../lib/pagination.ts'
 import { EventTypeSchema, eventCatalog } from './event-catalog.ts'
-import { runIdempotently } from '../lib/idempotency.ts'
+import { IdempotencyKeyHeader, runIdempotently } from '../lib/idempotency.ts'
+import { ProblemSchema } from '../lib/errors.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
 import { AccountParams } from '../accounts/schemas.ts'
 import {
@@ -29,8 +30,8 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
     .use(authPlugin(deps))
     .get('/event-types', () => catalog, {
       auth: { scope: null },
-      response: { 200: t.Object({ data: t.Array(EventTypeSchema) }) },
-      detail: { summary: 'The event types, each with its description, the JSON Schema of its body and an example' },
+      response: { 200: t.Object({ data: t.Array(EventTypeSchema) }, { title: 'EventTypeList' }) },
+      detail: { operationId: 'listEventTypes', summary: 'The event types, each with its description, the JSON Schema of its body and an example' },
     })
     .post(
       '/account/:account_id/hooks',
@@ -52,8 +53,9 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         auth: { scope: 'hooks:write' },
         params: AccountParams,
         body: CreateHookBody,
-        response: { 201: CreatedHookSchema },
-        detail: { summary: 'Subscribe an HTTPS address to an event (accepts Idempotency-Key)' },
+        headers: IdempotencyKeyHeader,
+        response: { 201: CreatedHookSchema, 409: ProblemSchema },
+        detail: { operationId: 'createHook', summary: 'Subscribe an HTTPS address to an event (accepts Idempotency-Key)' },
       },
     )
     .get(
@@ -64,7 +66,7 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         params: AccountParams,
         query: PageQuery,
         response: { 200: pageOf(HookSchema) },
-        detail: { summary: "List the account's subscriptions, newest first" },
+        detail: { operationId: 'listHooks', summary: "List the account's subscriptions, newest first" },
       },
     )
     .get(
@@ -76,7 +78,7 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         auth: { scope: 'hooks:read' },
         params: HookParams,
         response: { 200: HookSchema },
-        detail: { summary: 'Read one subscription' },
+        detail: { operationId: 'getHook', summary: 'Read one subscription' },
       },
     )
     .patch(
@@ -87,7 +89,7 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         params: HookParams,
         body: UpdateHookBody,
         response: { 200: HookSchema },
-        detail: { summary: 'Change the target URL, pause or resume, or set the rate limit (the secret is kept)' },
+        detail: { operationId: 'updateHook', summary: 'Change the target URL, pause or resume, or set the rate limit (the secret is kept)' },
       },
     )
     .get(
@@ -101,7 +103,7 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         params: HookParams,
         query: DeliveryListQuery,
         response: { 200: pageOf(DeliverySchema) },
-        detail: { summary: "The subscription's deliveries, one per event, newest first, each with its state and last attempt (filter by state)" },
+        detail: { operationId: 'listDeliveries', summary: "The subscription's deliveries, one per event, newest first, each with its state and last attempt (filter by state)" },
       },
     )
     .get(
@@ -111,7 +113,7 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         auth: { scope: 'hooks:read' },
         params: HookDeliveryParams,
         response: { 200: DeliveryDetailSchema },
-        detail: { summary: 'One delivery with every attempt (status, duration, error, the first 4 KB of the answer)' },
+        detail: { operationId: 'getHookDelivery', summary: 'One delivery with every attempt (status, duration, error, the first 4 KB of the answer)' },
       },
     )
     .get(
@@ -121,7 +123,7 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         auth: { scope: 'hooks:read' },
         params: DeliveryParams,
         response: { 200: DeliveryDetailSchema },
-        detail: { summary: 'One delivery by its id alone (as a test answers it), with every attempt' },
+        detail: { operationId: 'getDelivery', summary: 'One delivery by its id alone (as a test answers it), with every attempt' },
       },
     )
     // The POSTs below take no body, except recover. Like DELETE, they ignore a JSON one and refuse
@@ -135,8 +137,8 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
       {
         auth: { scope: 'hooks:write' },
         params: HookDeliveryParams,
-        response: { 202: DeliverySchema },
-        detail: { summary: 'Send a delivery again now, whatever its state' },
+        response: { 202: DeliverySchema, 409: ProblemSchema },
+        detail: { operationId: 'retryHookDelivery', summary: 'Send a delivery again now, whatever its state' },
       },
     )
     .post(
@@ -148,8 +150,8 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
       {
         auth: { scope: 'hooks:write' },
         params: DeliveryParams,
-        response: { 202: DeliverySchema },
-        detail: { summary: 'Send a delivery again now, whatever its state (by its id alone)' },
+        response: { 202: DeliverySchema, 409: ProblemSchema },
+        detail: { operationId: 'retryDelivery', summary: 'Send a delivery again now, whatever its state (by its id alone)' },
       },
     )
     .post(
@@ -162,8 +164,8 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         auth: { scope: 'hooks:write' },
         params: HookParams,
         body: RecoverBody,
-        response: { 202: RecoveredSchema },
-        detail: { summary: 'Send again every failed or canceled delivery created since a time' },
+        response: { 202: RecoveredSchema, 409: ProblemSchema },
+        detail: { operationId: 'recoverDeliveries', summary: 'Send again every failed or canceled delivery created since a time' },
       },
     )
     .post(
@@ -173,7 +175,7 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         auth: { scope: 'hooks:write' },
         params: HookParams,
         response: { 200: TestResultSchema },
-        detail: { summary: "Send one signed example event of the subscription's type now and answer with the receiver's response" },
+        detail: { operationId: 'testHook', summary: "Send one signed example event of the subscription's type now and answer with the receiver's response" },
       },
     )
     .post(
@@ -196,9 +198,10 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
       {
         auth: { scope: 'hooks:write' },
         params: HookParams,
-        response: { 200: RotatedHookSchema },
+        headers: IdempotencyKeyHeader,
+        response: { 200: RotatedHookSchema, 409: ProblemSchema },
         detail: {
-          summary: 'Replace the signing secret; the old one also signs for 24 h (accepts Idempotency-Key)',
+          operationId: 'rotateHookSecret', summary: 'Replace the signing secret; the old one also signs for 24 h (accepts Idempotency-Key)',
         },
       },
     )
@@ -212,7 +215,7 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         auth: { scope: 'hooks:write' },
         params: HookParams,
         response: { 200: HookSchema },
-        detail: { summary: 'Re-enable a disabled subscription (a no-op on an active one)' },
+        detail: { operationId: 'enableHook', summary: 'Re-enable a disabled subscription (a no-op on an active one)' },
       },
     )
     .delete(
@@ -225,7 +228,7 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         auth: { scope: 'hooks:write' },
         params: HookParams,
         response: { 204: t.Void() },
-        detail: { summary: 'Remove a subscription' },
+        detail: { operationId: 'deleteHook', summary: 'Remove a subscription' },
       },
     )
 }

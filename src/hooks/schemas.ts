@@ -1,4 +1,5 @@
 import { t } from 'elysia'
+import { Type } from '@sinclair/typebox'
 import { AccountParams } from '../accounts/schemas.ts'
 import { ApiKeyParam, PageParams } from '../lib/pagination.ts'
 import { EVENT_TYPES } from './event-types.ts'
@@ -13,18 +14,21 @@ export const HookSchema = t.Object(
       description: '`paused` by the owner (deliveries are recorded and sent on resume); `disabled` by the service, with `disabled_reason`.',
     }),
     disabled_reason: t.Optional(t.String()),
-    rate_limit_per_s: t.Union([t.Integer(), t.Null()], { description: 'At most this many delivery attempts start in each second; null: no limit.' }),
+    rate_limit_per_s: t.Union([Type.Integer(), t.Null()], { description: 'At most this many delivery attempts start in each second; null: no limit.' }),
     created_at: t.String({ format: 'date-time' }),
   },
-  { $id: '#/components/schemas/Hook', title: 'Hook' },
+  { title: 'Hook' },
 )
 
-export const CreatedHookSchema = t.Composite([
-  HookSchema,
-  t.Object({
-    secret: t.String({ description: 'The Standard Webhooks signing secret (whsec_…). Shown once: store it now.' }),
-  }),
-])
+export const CreatedHookSchema = t.Composite(
+  [
+    HookSchema,
+    t.Object({
+      secret: t.String({ description: 'The Standard Webhooks signing secret (whsec_…). Shown once: store it now.' }),
+    }),
+  ],
+  { title: 'CreatedHook' },
+)
 
 export const RotatedHookSchema = t.Composite([
   HookSchema,
@@ -35,10 +39,10 @@ export const RotatedHookSchema = t.Composite([
       description: 'Until then deliveries are also signed with the secret this one replaced (24 h after the rotation).',
     }),
   }),
-])
+], { title: 'RotatedHook' })
 
 const TargetUrl = t.String({ minLength: 1, maxLength: 2048, description: 'An absolute https URL.' })
-const RateLimit = t.Integer({ minimum: 1, maximum: 10_000, description: 'At most this many delivery attempts start in each second (1–10000).' })
+const RateLimit = Type.Integer({ minimum: 1, maximum: 10_000, description: 'At most this many delivery attempts start in each second (1–10000).' })
 
 export const CreateHookBody = t.Object(
   {
@@ -53,7 +57,7 @@ export const CreateHookBody = t.Object(
     ),
     rate_limit_per_s: t.Optional(RateLimit),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'CreateHookRequest' },
 )
 
 export const UpdateHookBody = t.Object(
@@ -62,7 +66,7 @@ export const UpdateHookBody = t.Object(
     status: t.Optional(t.Union([t.Literal('active'), t.Literal('paused')], { description: '`paused` holds deliveries (they are still recorded); `active` sends them again.' })),
     rate_limit_per_s: t.Optional(t.Union([RateLimit, t.Null()])),
   },
-  { additionalProperties: false, minProperties: 1 },
+  { additionalProperties: false, minProperties: 1, title: 'UpdateHookRequest' },
 )
 
 export const HookParams = t.Object({ ...AccountParams.properties, hook_id: t.String({ maxLength: 64 }) })
@@ -83,12 +87,12 @@ export const DeliverySchema = t.Object(
     event_type: t.UnionEnum(EVENT_TYPES),
     state: DeliveryState,
     test: t.Boolean({ description: 'An example sent by POST …/hooks/{hook_id}/test.' }),
-    attempts: t.Integer({ description: 'Attempts made so far.' }),
+    attempts: Type.Integer({ description: 'Attempts made so far.' }),
     next_attempt_at: t.Union([t.String({ format: 'date-time' }), t.Null()], { description: 'When the next attempt is due; null unless pending.' }),
     last_attempt: t.Union([
       t.Object({
-        status_code: t.Union([t.Integer(), t.Null()], { description: 'Null when no response arrived.' }),
-        duration_ms: t.Integer(),
+        status_code: t.Union([Type.Integer(), t.Null()], { description: 'Null when no response arrived.' }),
+        duration_ms: Type.Integer(),
         error: t.Union([t.String(), t.Null()]),
         at: t.String({ format: 'date-time' }),
       }),
@@ -96,23 +100,22 @@ export const DeliverySchema = t.Object(
     ]),
     created_at: t.String({ format: 'date-time' }),
   },
-  { $id: '#/components/schemas/Delivery', title: 'Delivery' },
+  { title: 'Delivery' },
 )
 
 export const DeliveryAttemptSchema = t.Object(
   {
     id: t.String(),
     at: t.String({ format: 'date-time' }),
-    status_code: t.Union([t.Integer(), t.Null()], { description: 'Null when no response arrived.' }),
-    duration_ms: t.Integer(),
+    status_code: t.Union([Type.Integer(), t.Null()], { description: 'Null when no response arrived.' }),
+    duration_ms: Type.Integer(),
     error: t.Union([t.String(), t.Null()]),
     response_snippet: t.String({ description: "The first 4 KB of the receiver's answer." }),
   },
-  { $id: '#/components/schemas/DeliveryAttempt', title: 'DeliveryAttempt' },
+  { title: 'DeliveryAttempt' },
 )
 
 export const DeliveryDetailSchema = t.Composite([DeliverySchema, t.Object({ attempt_log: t.Array(DeliveryAttemptSchema, { description: 'Every attempt, oldest first.' }) })], {
-  $id: '#/components/schemas/DeliveryDetail',
   title: 'DeliveryDetail',
 })
 
@@ -120,19 +123,19 @@ export const DeliveryListQuery = t.Object({ ...PageParams, ...ApiKeyParam, state
 
 export const RecoverBody = t.Object(
   { since: t.String({ format: 'date-time', description: 'Failed and canceled deliveries created at or after this time are sent again.' }) },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'RecoverRequest' },
 )
 
-export const RecoveredSchema = t.Object({ requeued: t.Integer({ description: 'How many deliveries were put back in the queue.' }) })
+export const RecoveredSchema = t.Object({ requeued: Type.Integer({ description: 'How many deliveries were put back in the queue.' }) }, { title: 'RecoverResult' })
 
 export const TestResultSchema = t.Object(
   {
     delivery_id: t.String({ description: 'The test delivery, in the delivery log marked `test: true`.' }),
-    status_code: t.Union([t.Integer(), t.Null()], { description: "The receiver's answer; null when none arrived." }),
-    duration_ms: t.Integer(),
+    status_code: t.Union([Type.Integer(), t.Null()], { description: "The receiver's answer; null when none arrived." }),
+    duration_ms: Type.Integer(),
     error: t.Union([t.String(), t.Null()], { description: 'Why the attempt failed; null on a 2xx.' }),
   },
-  { $id: '#/components/schemas/TestResult', title: 'TestResult' },
+  { title: 'TestResult' },
 )
 
 export const DeliveryParams = t.Object({ ...AccountParams.properties, delivery_id: DeliveryIdParam })

@@ -3,22 +3,32 @@
  * RFC 6749 §5.2 / RFC 7591 §3.2.2 error object for OAuth endpoints.
  */
 
+import { Type, type Static } from '@sinclair/typebox'
 import { problemTypeUrl } from './error-catalog.ts'
 
-export interface FieldError {
-  path: string
-  message: string
-}
+export const FieldErrorSchema = Type.Object(
+  {
+    path: Type.String({ description: 'A JSON Pointer into the body (`/target_url`), or `query:/limit`, `params:/hook_id`, `url`.' }),
+    message: Type.String(),
+  },
+  { title: 'FieldError' },
+)
+export type FieldError = Static<typeof FieldErrorSchema>
 
-export interface Problem {
-  type: string
-  title: string
-  status: number
-  detail: string
-  code: string
-  request_id: string
-  errors?: FieldError[]
-}
+/** The body of every REST failure (RFC 9457), as the OpenAPI document names it. */
+export const ProblemSchema = Type.Object(
+  {
+    type: Type.String({ format: 'uri', description: '`{PUBLIC_URL}/docs/errors#<code>`: what the code means and what to do about it.' }),
+    title: Type.String({ description: 'The HTTP status in words.' }),
+    status: Type.Integer(),
+    detail: Type.String({ description: 'What went wrong with this request, for a person.' }),
+    code: Type.String({ description: 'A stable snake_case code to switch on.', examples: ['validation_failed'] }),
+    request_id: Type.String({ description: 'Also the X-Request-Id header: quote it when asking for help.' }),
+    errors: Type.Optional(Type.Array(FieldErrorSchema, { description: 'With `validation_failed`: each field that was refused (at most 20).' })),
+  },
+  { title: 'Problem' },
+)
+export type Problem = Static<typeof ProblemSchema>
 
 const TITLES: Record<number, string> = {
   400: 'Bad Request',

@@ -1,4 +1,5 @@
 import { and, eq, sql } from 'drizzle-orm'
+import { t } from 'elysia'
 import type { Database } from './db/client.ts'
 import { idempotencyKeys } from './db/schema.ts'
 import { ApiError } from './errors.ts'
@@ -7,6 +8,16 @@ import type { SecretBox } from './secret-box.ts'
 
 export const IDEMPOTENCY_WINDOW_HOURS = 24
 const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/
+
+/**
+ * The header of a route that accepts Idempotency-Key, for its `headers` schema (so the OpenAPI
+ * document lists it). Any value passes the schema: `runIdempotently` refuses a malformed key with
+ * its own 400 `invalid_idempotency_key`.
+ */
+export const IdempotencyKeyHeader = t.Object(
+  { 'idempotency-key': t.Optional(t.String({ description: 'Repeat a request safely: 1 to 255 visible ASCII characters.' })) },
+  { additionalProperties: true },
+)
 
 export interface IdempotentResult<Body> {
   status: number

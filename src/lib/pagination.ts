@@ -2,7 +2,11 @@ import { t } from 'elysia'
 import { badRequest } from './errors.ts'
 import { isId, type IdPrefix } from './ids.ts'
 
-/** The paging parameters of every list, a REST query and an MCP tool's input alike: `limit` 1..100 (default 20) and an opaque `cursor`. */
+/**
+ * The paging parameters of every list, a REST query and an MCP tool's input alike: `limit` 1..100 (default 20) and an opaque `cursor`.
+ * `limit` is Elysia's coercing `t.Integer` because a query string arrives as text; integers in JSON
+ * bodies and responses are TypeBox's plain `Type.Integer`, which takes JSON numbers only.
+ */
 export const PageParams = {
   limit: t.Optional(t.Integer({ minimum: 1, maximum: 100, default: 20, description: 'How many to return, 1 to 100 (default 20).' })),
   cursor: t.Optional(t.String({ maxLength: 128, description: 'next_cursor of the previous page, to read the next one.' })),
@@ -13,8 +17,12 @@ export const ApiKeyParam = { key: t.Optional(t.String({ maxLength: 256, descript
 
 export const PageQuery = t.Object({ ...PageParams, ...ApiKeyParam }, { additionalProperties: false })
 
+/** A page of `item`s, named after them (`HookPage`) in the OpenAPI document. */
 export const pageOf = <T extends import('elysia').TSchema>(item: T) =>
-  t.Object({ data: t.Array(item), next_cursor: t.Union([t.String(), t.Null()]) })
+  t.Object(
+    { data: t.Array(item), next_cursor: t.Union([t.String(), t.Null()], { description: 'Pass it as `cursor` to read the next page; null on the last one.' }) },
+    { title: `${item.title ?? 'Item'}Page` },
+  )
 
 export interface Page<T> {
   data: T[]

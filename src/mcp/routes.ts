@@ -1,6 +1,6 @@
 import { Elysia, t } from 'elysia'
 import { cors } from '../lib/cors.ts'
-import { ApiError } from '../lib/errors.ts'
+import { ApiError, ProblemSchema } from '../lib/errors.ts'
 import { newId } from '../lib/ids.ts'
 import { incomingRequestIdOf } from '../lib/http.ts'
 import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
@@ -62,10 +62,17 @@ export function mcpRoutes(deps: McpRouteDeps) {
         auth,
         body: t.Unknown({ description: 'A JSON-RPC message or batch (MCP Streamable HTTP).' }),
         detail: {
-          summary: 'MCP Streamable HTTP endpoint (JSON-RPC over POST; tools for webhook subscriptions)',
+          responses: {
+            200: {
+              description: 'The JSON-RPC response(s): `application/json`, or `text/event-stream` when the client accepts it and the server streams.',
+              content: { 'application/json': { schema: {} }, 'text/event-stream': { schema: { type: 'string' } } },
+            },
+            202: { description: 'Accepted: the message held only notifications or responses.' },
+          },
+          operationId: 'postMcp', summary: 'MCP Streamable HTTP endpoint (JSON-RPC over POST; tools for webhook subscriptions)',
         },
       },
     )
-    .get('/mcp', notAllowed('GET'), { auth, detail: { summary: 'Not used: 405 (stateless server)' } })
-    .delete('/mcp', notAllowed('DELETE'), { auth, detail: { summary: 'Not used: 405 (no sessions)' } })
+    .get('/mcp', notAllowed('GET'), { auth, response: { 405: ProblemSchema }, detail: { operationId: 'getMcp', summary: 'Not used: 405 (stateless server)' } })
+    .delete('/mcp', notAllowed('DELETE'), { auth, response: { 405: ProblemSchema }, detail: { operationId: 'deleteMcp', summary: 'Not used: 405 (no sessions)' } })
 }

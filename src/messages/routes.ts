@@ -24,7 +24,7 @@ export function messageRoutes(deps: MessageDeps & AuthPluginDeps) {
         params: AccountParams,
         body: SendMessageBody,
         response: { 202: MessageSchema },
-        detail: { summary: 'Send a message (the sandbox carrier decides its outcome)' },
+        detail: { operationId: 'sendMessage', summary: 'Send a message (the sandbox carrier decides its outcome)' },
       },
     )
     .get(
@@ -38,7 +38,7 @@ export function messageRoutes(deps: MessageDeps & AuthPluginDeps) {
         auth: { scope: 'messages:read' },
         params: MessageParams,
         response: { 200: MessageSchema },
-        detail: { summary: 'Read a message and its status' },
+        detail: { operationId: 'getMessage', summary: 'Read a message and its status' },
       },
     )
     .post(
@@ -53,7 +53,7 @@ export function messageRoutes(deps: MessageDeps & AuthPluginDeps) {
         params: AccountParams,
         body: InboundMessageBody,
         response: { 201: MessageSchema },
-        detail: { summary: 'Sandbox: simulate a contact writing back' },
+        detail: { operationId: 'simulateInboundMessage', summary: 'Sandbox: simulate a contact writing back' },
       },
     )
     .get(
@@ -64,7 +64,7 @@ export function messageRoutes(deps: MessageDeps & AuthPluginDeps) {
         params: AccountParams,
         query: EventsQuery,
         response: { 200: pageOf(EventSchema) },
-        detail: { summary: 'List events, newest first (filter by type and since) for reconciliation' },
+        detail: { operationId: 'listEvents', summary: 'List events, newest first (filter by type and since) for reconciliation' },
       },
     )
 }

@@ -8,8 +8,8 @@ import { EVENT_TYPES } from '../hooks/event-types.ts'
 const PhoneNumber = t.String({ pattern: '^\\+[1-9][0-9]{6,14}$', description: 'An E.164 number, e.g. +14155550123.' })
 const MessageText = PersonText({ minLength: 1, maxLength: 1600 })
 
-export const SendMessageBody = t.Object({ to: PhoneNumber, body: MessageText }, { additionalProperties: false })
-export const InboundMessageBody = t.Object({ from: PhoneNumber, body: MessageText }, { additionalProperties: false })
+export const SendMessageBody = t.Object({ to: PhoneNumber, body: MessageText }, { additionalProperties: false, title: 'SendMessageRequest' })
+export const InboundMessageBody = t.Object({ from: PhoneNumber, body: MessageText }, { additionalProperties: false, title: 'InboundMessageRequest' })
 
 export const MessageSchema = t.Object(
   {
@@ -24,7 +24,7 @@ export const MessageSchema = t.Object(
     created_at: t.String({ format: 'date-time' }),
     updated_at: t.String({ format: 'date-time' }),
   },
-  { $id: '#/components/schemas/Message', title: 'Message' },
+  { title: 'Message' },
 )
 
 export const EventSchema = t.Object(
@@ -35,7 +35,7 @@ export const EventSchema = t.Object(
     account_id: t.String(),
     data: t.Object({ message: MessageSchema }),
   },
-  { $id: '#/components/schemas/Event', title: 'Event' },
+  { title: 'Event' },
 )
 
 export const EventsQuery = t.Object(

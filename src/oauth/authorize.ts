@@ -3,7 +3,7 @@ import { Elysia } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import { OAuthError } from '../lib/errors.ts'
 import { checkAuthorizationRequest, readAuthorizationQuery, redirectWith } from './authorization-request.ts'
-import { AuthorizeBody, AuthorizeResult, authorizeQueryParameters } from './schemas.ts'
+import { AuthorizeBody, AuthorizeResult, OAuthErrorSchema, authorizeQueryParameters } from './schemas.ts'
 import { isOnDeviceRedirect, redirectUriProblem } from './register.ts'
 import type { TokenDeps } from './tokens.ts'
 import { issueAuthorizationCode } from './grants/authorization-code.ts'
@@ -101,12 +101,20 @@ export function authorizeRoutes(deps: AuthorizeDeps) {
       },
       {
         detail: {
-          summary: 'The consent page: sign in, then Allow or Deny',
+          operationId: 'showConsentPage', summary: 'The consent page: sign in, then Allow or Deny',
           description:
             'An HTML page. Unknown parameters are ignored; a parameter sent twice (other than `resource`) is an error page. ' +
             'An unknown client or redirect URI is an error page; other errors redirect with `error`, `state` and `iss` to a redirect URI on the device ' +
             '(loopback or private-use scheme), and are an error page with a link back for a web redirect URI.',
           parameters: authorizeQueryParameters,
+          responses: {
+            200: { description: 'The consent page.', content: { 'text/html': { schema: { type: 'string' } } } },
+            302: {
+              description: 'An error sent back to a redirect URI on the device: `error`, `error_description`, `state` and `iss` in its query.',
+              headers: { Location: { schema: { type: 'string', format: 'uri' } } },
+            },
+            400: { description: 'An error page: what is wrong, and for a web redirect URI a link back to the client.', content: { 'text/html': { schema: { type: 'string' } } } },
+          },
         },
       },
     )
@@ -123,6 +131,6 @@ export function authorizeRoutes(deps: AuthorizeDeps) {
         const { state, redirectUri } = check.request
         return { code, state, iss: deps.baseUrl, redirect_to: redirectWith(redirectUri, { code, state, iss: deps.baseUrl }) }
       },
-      { parse: 'json', body: AuthorizeBody, response: { 200: AuthorizeResult }, detail: { summary: "Exchange the signed-in user's id_token for an authorization code" } },
+      { parse: 'json', body: AuthorizeBody, response: { 200: AuthorizeResult, 400: OAuthErrorSchema, 401: OAuthErrorSchema }, detail: { operationId: 'approveAuthorization', summary: "Exchange the signed-in user's id_token for an authorization code" } },
     )
 }

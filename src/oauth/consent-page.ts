@@ -1,12 +1,5 @@
-import type { Scope } from '../auth/scopes.ts'
+import { SCOPE_DESCRIPTIONS, type Scope } from '../auth/scopes.ts'
 
-const SCOPE_DESCRIPTIONS: Record<Scope, string> = {
-  'account:read': "See your account's name and id",
-  'hooks:read': 'See your webhook subscriptions and their delivery logs',
-  'hooks:write': 'Create and delete webhook subscriptions',
-  'messages:read': 'Read your messages and their status',
-  'messages:send': 'Send messages on your behalf',
-}
 
 export function escapeHtml(value: string): string {
   return value.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`)

@@ -71,21 +71,21 @@ export function protectedResourceMetadata(baseUrl: string, resource: 'api' | 'mc
 /** Absolute paths: mount at the app's root, outside the `/v0` group. Public, no credential. */
 export function discoveryRoutes(deps: { config: Config }) {
   const documents = [
-    { paths: AUTHORIZATION_SERVER_METADATA_PATHS, body: authorizationServerMetadata(deps.config.baseUrl), schema: AuthorizationServerMetadataWithDocuments, summary: 'OAuth authorization server metadata (RFC 8414)' },
-    { paths: API_RESOURCE_METADATA_PATHS, body: protectedResourceMetadata(deps.config.baseUrl, 'api'), schema: ProtectedResourceMetadata, summary: 'Protected resource metadata of the REST API (RFC 9728)' },
-    { paths: MCP_RESOURCE_METADATA_PATHS, body: protectedResourceMetadata(deps.config.baseUrl, 'mcp'), schema: ProtectedResourceMetadata, summary: 'Protected resource metadata of the MCP endpoint (RFC 9728)' },
+    { paths: AUTHORIZATION_SERVER_METADATA_PATHS, body: authorizationServerMetadata(deps.config.baseUrl), schema: AuthorizationServerMetadataWithDocuments, operationIds: ['getAuthorizationServerMetadata', 'getAuthorizationServerMetadataAtRoot', 'getAuthorizationServerMetadataBare'], summary: 'OAuth authorization server metadata (RFC 8414)' },
+    { paths: API_RESOURCE_METADATA_PATHS, body: protectedResourceMetadata(deps.config.baseUrl, 'api'), schema: ProtectedResourceMetadata, operationIds: ['getApiResourceMetadata', 'getApiResourceMetadataAtRoot'], summary: 'Protected resource metadata of the REST API (RFC 9728)' },
+    { paths: MCP_RESOURCE_METADATA_PATHS, body: protectedResourceMetadata(deps.config.baseUrl, 'mcp'), schema: ProtectedResourceMetadata, operationIds: ['getMcpResourceMetadata', 'getMcpResourceMetadataAtRoot'], summary: 'Protected resource metadata of the MCP endpoint (RFC 9728)' },
   ]
   const allPaths = documents.flatMap((document) => document.paths)
   const plugin = new Elysia({ tags: ['Discovery'] }).use(cors(Object.fromEntries(allPaths.map((path) => [path, ['GET']]))))
-  for (const { paths, body, schema, summary } of documents) {
-    for (const path of paths) {
+  for (const { paths, body, schema, summary, operationIds } of documents) {
+    for (const [index, path] of paths.entries()) {
       plugin.get(
         path,
         ({ set }) => {
           set.headers['cache-control'] = DISCOVERY_CACHE_CONTROL
           return body
         },
-        { response: { 200: schema }, detail: { summary, security: [] } },
+        { response: { 200: schema }, detail: { operationId: operationIds[index], summary, security: [] } },
       )
     }
   }

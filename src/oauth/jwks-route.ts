@@ -21,7 +21,7 @@ export function jwksRoutes(deps: { signer: TokenSigner }) {
     },
     {
       response: { 200: JwkSet },
-      detail: { summary: 'The public keys that verify access tokens and id_tokens' },
+      detail: { operationId: 'getJwks', summary: 'The public keys that verify access tokens and id_tokens' },
     },
   )
 }

@@ -201,7 +201,7 @@ export function registrationRoutes(deps: { db: Database }) {
         body: ClientRegistrationRequest,
         response: { 201: ClientRegistrationResponse, 400: OAuthErrorSchema, 429: OAuthErrorSchema },
         detail: {
-          summary: 'Register an OAuth client (RFC 7591)',
+          operationId: 'registerClient', summary: 'Register an OAuth client (RFC 7591)',
           description:
             'Open dynamic client registration for public clients (`token_endpoint_auth_method: none`). Unknown metadata is ignored. ' +
             'Failures are `{ error, error_description }`: `invalid_redirect_uri`, `invalid_client_metadata`, `invalid_request` ' +

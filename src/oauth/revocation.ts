@@ -8,7 +8,7 @@ import { recordInvalidation } from '../lib/invalidation-feed.ts'
 import { cors } from '../lib/cors.ts'
 import { requireClient } from './clients.ts'
 import { isMetadataDocumentClientId } from './client-metadata-document.ts'
-import { RevokeRequestBody } from './schemas.ts'
+import { OAuthErrorSchema, RevocationResult, RevokeRequestBody } from './schemas.ts'
 import type { AccessTokenClaims, TokenDeps } from './tokens.ts'
 import { oauthWireFormat } from './wire-format.ts'
 
@@ -64,6 +64,16 @@ export function revocationRoutes(deps: TokenDeps) {
         await deps.syncCaches()
         return {}
       },
-      { body: RevokeRequestBody, detail: { summary: "Revoke a refresh or access token's grant (RFC 7009)" } },
+      {
+        // Named parsers only name the media types in the OpenAPI document: oauthWireFormat's reader answers first.
+        parse: ['json', 'urlencoded'],
+        body: RevokeRequestBody,
+        response: { 200: RevocationResult, 400: OAuthErrorSchema, 401: OAuthErrorSchema },
+        detail: {
+          operationId: 'revokeToken',
+          summary: "Revoke a refresh or access token's grant (RFC 7009)",
+          description: 'An unknown, expired or already revoked token is not an error (RFC 7009 §2.2): the answer is 200 `{}` either way.',
+        },
+      },
     )
 }

@@ -59,7 +59,6 @@ export const ClientRegistrationRequest = t.Object(
 export const ClientRegistrationResponse = t.Object(
   {
     client_id: t.String({ examples: ['cli_01jd3m9x2qk7r5v8w4y6z0abcd'] }),
-    // TypeBox's Integer: Elysia's `t.Integer` also admits numeric strings, which a response never holds.
     client_id_issued_at: Type.Integer({ description: 'Seconds since the Unix epoch.' }),
     redirect_uris: t.Array(t.String()),
     client_name: t.Optional(t.String()),
@@ -129,7 +128,7 @@ export const TokenRequestBody = t.Object(
     refresh_token: optionalParameter(256),
     scope: optionalParameter(512),
   },
-  { additionalProperties: true },
+  { additionalProperties: true, title: 'TokenRequest' },
 )
 
 export const RefreshRequestBody = t.Object(
@@ -139,7 +138,7 @@ export const RefreshRequestBody = t.Object(
     client_id: t.String({ maxLength: CLIENT_ID_MAX_LENGTH }),
     scope: optionalParameter(512),
   },
-  { additionalProperties: true },
+  { additionalProperties: true, title: 'RefreshTokenRequest' },
 )
 
 export const RevokeRequestBody = t.Object(
@@ -148,14 +147,17 @@ export const RevokeRequestBody = t.Object(
     token_type_hint: optionalParameter(64),
     client_id: t.String({ maxLength: CLIENT_ID_MAX_LENGTH }),
   },
-  { additionalProperties: true },
+  { additionalProperties: true, title: 'RevocationRequest' },
 )
+
+/** RFC 7009 §2.2: an empty object, whether or not a token was revoked. */
+export const RevocationResult = t.Object({}, { title: 'RevocationResult' })
 
 export const TokenResponseSchema = t.Object(
   {
     access_token: t.String({ description: 'An RFC 9068 JWT, valid for 15 minutes.' }),
     token_type: t.Literal('Bearer'),
-    expires_in: t.Integer(),
+    expires_in: Type.Integer(),
     refresh_token: t.String({ description: 'Opaque, 30 days, rotated on every use.' }),
     scope: t.String(),
   },
@@ -235,7 +237,7 @@ export const AuthorizeBody = t.Object(
     scope: t.Optional(t.String({ maxLength: 512 })),
     resource: t.Optional(Resource),
   },
-  { additionalProperties: true },
+  { additionalProperties: true, title: 'AuthorizationRequest' },
 )
 
 export const AuthorizeResult = t.Object({
@@ -243,4 +245,4 @@ export const AuthorizeResult = t.Object({
   state: t.Optional(t.String()),
   iss: t.String(),
   redirect_to: t.String({ description: 'redirect_uri with code, state and iss appended: where to send the browser.' }),
-})
+}, { title: 'AuthorizationResult' })

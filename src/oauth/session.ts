@@ -1,4 +1,5 @@
 import { Elysia, t } from 'elysia'
+import { Type } from '@sinclair/typebox'
 import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
 
 export const SessionSchema = t.Object({
@@ -8,8 +9,8 @@ export const SessionSchema = t.Object({
   client_id: t.String(),
   scope: t.String(),
   aud: t.Array(t.String()),
-  exp: t.Integer({ description: 'Expiry, seconds since the epoch.' }),
-})
+  exp: Type.Integer({ description: 'Expiry, seconds since the epoch.' }),
+}, { title: 'Session' })
 
 /** GET /auth/session: is this bearer token valid, and whose is it. Tokens for either resource are accepted. */
 export function sessionRoutes(deps: AuthPluginDeps) {
@@ -34,7 +35,7 @@ export function sessionRoutes(deps: AuthPluginDeps) {
       {
         auth: { scope: null, accepts: 'bearer', audiences: [deps.baseUrl, `${deps.baseUrl}/mcp`] },
         response: { 200: SessionSchema },
-        detail: { summary: 'Confirm a bearer token is valid and say whose it is' },
+        detail: { operationId: 'getSession', summary: 'Confirm a bearer token is valid and say whose it is' },
       },
     )
 }

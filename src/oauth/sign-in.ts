@@ -1,8 +1,9 @@
 import { eq } from 'drizzle-orm'
+import { Type } from '@sinclair/typebox'
 import { Elysia, t } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import { users } from '../lib/db/schema.ts'
-import { ApiError } from '../lib/errors.ts'
+import { ApiError, ProblemSchema } from '../lib/errors.ts'
 import { clientAddressOf, jsonBodies } from '../lib/http.ts'
 import { hashPassword, verifyPassword } from '../lib/crypto.ts'
 import { clearHits, countHits, releaseHits, type CountedHit } from '../lib/rate-limit.ts'
@@ -86,13 +87,13 @@ export const SignInBody = t.Object(
     email: EmailSchema,
     password: t.String({ minLength: 1, maxLength: 1024 }),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'SignInRequest' },
 )
 
 export const SignInResult = t.Object({
   id_token: t.String({ description: 'A JWT of the signed-in user (10 minutes, audience `{base_url}/auth`), accepted only by POST /auth/authorize.' }),
-  expires_in: t.Integer(),
-})
+  expires_in: Type.Integer(),
+}, { title: 'SignInResult' })
 
 export function signInRoutes(deps: SignInDeps) {
   return new Elysia({ tags: ['OAuth'] })
@@ -106,8 +107,8 @@ export function signInRoutes(deps: SignInDeps) {
     {
       parse: 'json',
       body: SignInBody,
-      response: { 200: SignInResult },
-      detail: { summary: 'Sign a user in (for the consent step of the authorization flow)' },
+      response: { 200: SignInResult, 401: ProblemSchema, 429: ProblemSchema },
+      detail: { operationId: 'signIn', summary: 'Sign a user in (for the consent step of the authorization flow)' },
     },
   )
 }

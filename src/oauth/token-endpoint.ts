@@ -3,7 +3,7 @@ import { OAuthError } from '../lib/errors.ts'
 import { cors } from '../lib/cors.ts'
 import { redeemAuthorizationCode } from './grants/authorization-code.ts'
 import { refreshTokenGrant } from './grants/refresh-token.ts'
-import { RefreshRequestBody, TokenRequestBody, TokenResponseSchema } from './schemas.ts'
+import { OAuthErrorSchema, RefreshRequestBody, TokenRequestBody, TokenResponseSchema } from './schemas.ts'
 import type { TokenDeps } from './tokens.ts'
 import { oauthWireFormat } from './wire-format.ts'
 
@@ -36,9 +36,11 @@ export function tokenEndpointRoutes(deps: TokenDeps) {
         throw new OAuthError(400, 'unsupported_grant_type', 'grant_type must be authorization_code or refresh_token.')
       },
       {
+        // Named parsers only name the media types in the OpenAPI document: oauthWireFormat's reader answers first.
+        parse: ['json', 'urlencoded'],
         body: TokenRequestBody,
-        response: { 200: TokenResponseSchema },
-        detail: { summary: 'Exchange an authorization code (with its PKCE verifier) or a refresh token for tokens' },
+        response: { 200: TokenResponseSchema, 400: OAuthErrorSchema, 401: OAuthErrorSchema },
+        detail: { operationId: 'requestToken', summary: 'Exchange an authorization code (with its PKCE verifier) or a refresh token for tokens' },
       },
     )
     .post(
@@ -47,6 +49,6 @@ export function tokenEndpointRoutes(deps: TokenDeps) {
         Object.assign(set.headers, NO_STORE)
         return refreshTokenGrant(deps, { refreshToken: body.refresh_token, clientId: body.client_id, scope: body.scope })
       },
-      { body: RefreshRequestBody, response: { 200: TokenResponseSchema }, detail: { summary: 'Rotate a refresh token for a new token pair' } },
+      { parse: ['json', 'urlencoded'], body: RefreshRequestBody, response: { 200: TokenResponseSchema, 400: OAuthErrorSchema, 401: OAuthErrorSchema }, detail: { operationId: 'refreshToken', summary: 'Rotate a refresh token for a new token pair' } },
     )
 }

@@ -1,11 +1,11 @@
 import { Elysia, t } from 'elysia'
-import { ApiError } from '../lib/errors.ts'
+import { ApiError, ProblemSchema } from '../lib/errors.ts'
 
 export function opsRoutes(deps: { isDatabaseReachable(): Promise<boolean> }) {
   return new Elysia({ tags: ['Operations'] })
     .get('/healthz', () => ({ status: 'ok' as const }), {
-      response: { 200: t.Object({ status: t.Literal('ok') }) },
-      detail: { summary: 'The process is up' },
+      response: { 200: t.Object({ status: t.Literal('ok') }, { title: 'Health' }) },
+      detail: { operationId: 'getHealth', summary: 'The process is up' },
     })
     .get(
       '/readyz',
@@ -14,8 +14,8 @@ export function opsRoutes(deps: { isDatabaseReachable(): Promise<boolean> }) {
         return { status: 'ready' as const }
       },
       {
-        response: { 200: t.Object({ status: t.Literal('ready') }) },
-        detail: { summary: 'The database is reachable' },
+        response: { 200: t.Object({ status: t.Literal('ready') }, { title: 'Readiness' }), 503: ProblemSchema },
+        detail: { operationId: 'getReadiness', summary: 'The database is reachable' },
       },
     )
 }

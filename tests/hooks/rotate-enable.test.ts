@@ -231,12 +231,13 @@ describe('OpenAPI document', () => {
   test('lists both routes with their scope and response schema', async () => {
     const document = await (await server.fetch('/v0/openapi.json')).json()
     const rotatePath = document.paths['/v0/account/{account_id}/hooks/{hook_id}/secret/rotate'].post
-    expect(rotatePath.security).toEqual([{ apiKey: [] }, { bearer: ['hooks:write'] }])
+    expect(rotatePath.security).toEqual([{ apiKey: [] }, { oauth2: ['hooks:write'] }])
     expect(rotatePath.summary).toBeString()
-    const rotatedSchema = rotatePath.responses['200'].content['application/json'].schema
+    expect(rotatePath.responses['200'].content['application/json'].schema).toEqual({ $ref: '#/components/schemas/RotatedHook' })
+    const rotatedSchema = document.components.schemas.RotatedHook
     expect(rotatedSchema.required).toEqual(expect.arrayContaining(['id', 'status', 'secret', 'previous_secret_expires_at']))
     const enablePath = document.paths['/v0/account/{account_id}/hooks/{hook_id}/enable'].post
-    expect(enablePath.security).toEqual([{ apiKey: [] }, { bearer: ['hooks:write'] }])
+    expect(enablePath.security).toEqual([{ apiKey: [] }, { oauth2: ['hooks:write'] }])
     expect(enablePath.responses['200']).toBeDefined()
   })
 })

@@ -62,7 +62,7 @@ test('a valid request shows the consent page: escaped client name, redirect host
   expect(html).not.toContain('<script>alert')
   expect(html).toContain('&#60;script&#62;alert(&#34;x&#34;)&#60;/script&#62; &#38; Co')
   expect(html).toContain('127.0.0.1:8765')
-  expect(html).toContain('Create and delete webhook subscriptions')
+  expect(html).toContain('Create, change, pause, test and delete webhook subscriptions, and resend their deliveries')
   expect(html).toContain("post('login'")
   expect(html).toContain('error=access_denied')
 })

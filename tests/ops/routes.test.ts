@@ -32,8 +32,10 @@ describe('operations', () => {
     expect(document.servers).toEqual([{ url: server.origin }])
     expect(document.components.securitySchemes.apiKey).toEqual(expect.objectContaining({ type: 'apiKey', in: 'query', name: 'key' }))
     const account = document.paths['/v0/account']
-    expect(account.get.responses['200'].content['application/json'].schema.required).toEqual(['id', 'name', 'created_at'])
-    expect(account.patch.requestBody.content['application/json'].schema.properties.name.maxLength).toBe(200)
+    expect(account.get.responses['200'].content['application/json'].schema).toEqual({ $ref: '#/components/schemas/Account' })
+    expect(document.components.schemas.Account.required).toEqual(['id', 'name', 'created_at'])
+    expect(account.patch.requestBody.content['application/json'].schema).toEqual({ $ref: '#/components/schemas/UpdateAccountRequest' })
+    expect(document.components.schemas.UpdateAccountRequest.properties.name.maxLength).toBe(200)
     expect(Object.keys(document.paths).some((path) => path.includes('docs'))).toBe(false)
   })
 
