@@ -17,23 +17,19 @@
 # apt is configured with. Every step is bounded by `timeout`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. .ci/lib.sh
 
 BUN_VERSION=${BUN_VERSION:-1.4.5}
-SUITE=bookworm
 BUN_PACKAGE=@oven/bun-linux-x64-baseline
 STANDIN_REVISION=2 # bump when the recipe below changes: it names both caches
 BASE_TAG="messaging-service-ci/bun-standin:${BUN_VERSION}-${SUITE}-r${STANDIN_REVISION}"
 IMAGE_TAG=messaging-service:ci
-CACHE_DIR=${CONTAINER_CACHE_DIR:-/var/cache/messaging-service-ci}
 BASE_TARBALL="${CACHE_DIR}/bun-standin-${BUN_VERSION}-${SUITE}-r${STANDIN_REVISION}.tar"
 PG_HOST=127.0.0.1
 PG_PORT=5432
 PUBLIC_URL_UNDER_TEST=https://messaging.ci.example
 NAME="messaging-ci-$$"
 DB="messaging_ci_container_$$"
-
-log() { printf '  [container %s] %s\n' "$(date +%T)" "$*"; }
-elapsed() { echo $(( $(date +%s) - $1 ))s; }
 
 passed=0
 failed=0
@@ -56,20 +52,7 @@ trap cleanup EXIT
 
 # --- 1. The Docker engine -------------------------------------------------------------------
 t0=$(date +%s)
-if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
-  log "installing Debian's docker.io and debootstrap"
-  { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq docker.io debootstrap; } >/dev/null 2>&1
-fi
-if ! timeout 10 docker info >/dev/null 2>&1; then
-  log "starting dockerd (log: /var/log/dockerd-ci.log)"
-  # Started once and left running, as a service would be; overlay2 works on these machines.
-  setsid nohup dockerd >/var/log/dockerd-ci.log 2>&1 < /dev/null &
-  for _ in $(seq 1 60); do timeout 5 docker info >/dev/null 2>&1 && break; sleep 0.5; done
-fi
-if ! timeout 10 docker info >/dev/null 2>&1; then
-  check "docker engine running" 1 "$(tail -n 3 /var/log/dockerd-ci.log 2>/dev/null | tr '\n' ' ')"
-  finish
-fi
+start_docker_engine || { failed=$((failed + 1)); finish; }
 check "docker engine running ($(docker version -f '{{.Server.Version}}' 2>/dev/null), $(elapsed "$t0"))" 0
 
 # --- 2. The stand-in base image ---------------------------------------------------------------
@@ -78,12 +61,7 @@ build_base_rootfs() { # writes $BASE_TARBALL
   local work rootfs
   work=$(mktemp -d /var/tmp/bun-standin.XXXXXX)
   rootfs="$work/rootfs"
-  log "debootstrap --variant=minbase ${SUITE} (apt's mirror)"
-  local mirror
-  mirror=$(grep -hoE '^(URIs:|deb) +[^ ]*(https?://[^ ]+/debian)/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null \
-    | grep -oE 'https?://[^ ]+/debian' | head -n 1)
-  timeout 600 debootstrap --variant=minbase "$SUITE" "$rootfs" "${mirror:-http://deb.debian.org/debian}" >"$work/debootstrap.log" 2>&1 \
-    || { tail -n 5 "$work/debootstrap.log"; rm -rf "$work"; return 1; }
+  debootstrap_minbase "$rootfs" "" "$work/debootstrap.log" || { rm -rf "$work"; return 1; }
   log "Bun ${BUN_VERSION} from the npm package ${BUN_PACKAGE}"
   local tgz
   tgz=$(cd "$work" && timeout 300 npm pack "${BUN_PACKAGE}@${BUN_VERSION}" --silent 2>/dev/null | tail -n 1) \
@@ -103,10 +81,9 @@ if [ "${1#-}" != "${1}" ] || [ -z "$(command -v "${1}")" ]; then set -- bun "$@"
 exec "$@"
 EOF
   chmod 0755 "$rootfs/usr/local/bin/docker-entrypoint.sh"
-  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/*
+  trim_rootfs "$rootfs"
   "$rootfs/usr/local/bin/bun" --version >/dev/null || { rm -rf "$work"; return 1; }
-  mkdir -p "$CACHE_DIR"
-  tar -C "$rootfs" --numeric-owner -cf "$BASE_TARBALL.part" . && mv "$BASE_TARBALL.part" "$BASE_TARBALL"
+  save_rootfs "$rootfs" "$BASE_TARBALL"
   local status=$?
   rm -rf "$work"
   return $status
