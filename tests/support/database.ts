@@ -25,8 +25,12 @@ export interface TestDatabase {
 export const TEST_DATABASE_CHOICES = ['pglite', 'postgres', 'container'] as const
 export type TestDatabaseChoice = (typeof TEST_DATABASE_CHOICES)[number]
 
-/** The image TEST_DATABASE=container starts; TEST_POSTGRES_IMAGE names another. */
-export const POSTGRES_IMAGE = 'postgres:16-alpine'
+/**
+ * The image TEST_DATABASE=container starts; TEST_POSTGRES_IMAGE names another. The official
+ * image's tag: where no registry is reachable, .ci/postgres-image.sh builds a stand-in under it
+ * from Debian's postgresql-15 (the major version the CI server runs).
+ */
+export const POSTGRES_IMAGE = 'postgres:15-bookworm'
 
 export type TestDatabaseMode =
   | { choice: 'pglite'; kind: 'pglite' }
@@ -107,23 +111,60 @@ async function checkPostgres(url: string): Promise<void> {
   }
 }
 
+const noEngine = (at: string, why: string) =>
+  new TestDatabaseUnavailable(`TEST_DATABASE=container: no Docker engine reachable${at} (${why}): install and start one, or use TEST_DATABASE=pglite|postgres`)
+
+/**
+ * DOCKER_HOST, when set, names the one engine to use: its `/_ping` must answer. testcontainers
+ * would otherwise fall back to the usual sockets and start the container on another engine.
+ */
+async function pingDockerHost(dockerHost: string): Promise<void> {
+  const at = ` at ${redactUrl(dockerHost)}`
+  let url: URL
+  try {
+    url = new URL(dockerHost)
+  } catch {
+    throw noEngine(at, 'DOCKER_HOST is not a URL such as unix:///var/run/docker.sock or tcp://127.0.0.1:2375')
+  }
+  const request =
+    url.protocol === 'unix:'
+      ? { href: 'http://docker/_ping', init: { unix: url.pathname } }
+      : { href: `${url.protocol === 'https:' || process.env.DOCKER_TLS_VERIFY ? 'https' : 'http'}://${url.host}/_ping`, init: {} }
+  try {
+    const response = await fetch(request.href, { ...request.init, signal: AbortSignal.timeout(5_000) })
+    if (!response.ok) throw new Error(`HTTP ${response.status}`)
+  } catch (error) {
+    throw noEngine(at, reason(error))
+  }
+}
+
+let stopContainer: (() => Promise<void>) | undefined
+
+/** Stops the container TEST_DATABASE=container started, if any: once, at the end of the run (tests/support/preflight.ts). */
+export async function stopTestDatabaseContainer(): Promise<void> {
+  const stop = stopContainer
+  stopContainer = undefined
+  await stop?.()
+}
+
 async function startPostgresContainer(image: string): Promise<string> {
   const { GenericContainer, Wait, getContainerRuntimeClient } = await import('testcontainers')
+  const dockerHost = process.env.DOCKER_HOST?.trim()
+  if (dockerHost) await pingDockerHost(dockerHost)
   try {
     await getContainerRuntimeClient()
   } catch (error) {
-    const at = process.env.DOCKER_HOST ? ` at ${redactUrl(process.env.DOCKER_HOST)}` : ''
-    throw new TestDatabaseUnavailable(
-      `TEST_DATABASE=container: no Docker engine reachable${at} (${reason(error)}): install and start one, or use TEST_DATABASE=pglite|postgres`,
-    )
+    throw noEngine(dockerHost ? ` at ${redactUrl(dockerHost)}` : '', reason(error))
   }
   try {
+    // The variables testcontainers' PostgreSQL module sets; the official image and the stand-in honour them.
     const container = await new GenericContainer(image)
-      .withEnvironment({ POSTGRES_PASSWORD: 'postgres' })
+      .withEnvironment({ POSTGRES_USER: 'postgres', POSTGRES_PASSWORD: 'postgres', POSTGRES_DB: 'postgres' })
       .withExposedPorts(5432)
       // Under Bun the default wait strategy has hung; the second "ready" line is the real server.
       .withWaitStrategy(Wait.forLogMessage(/database system is ready to accept connections/, 2))
       .start()
+    stopContainer = () => container.stop({ timeout: 5_000 }).then(() => undefined)
     return `postgres://postgres:postgres@${container.getHost()}:${container.getMappedPort(5432)}/postgres`
   } catch (error) {
     throw new TestDatabaseUnavailable(

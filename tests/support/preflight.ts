@@ -4,7 +4,12 @@
  * stderr which database it uses; when that database cannot be used the run stops at once with
  * one line and exit code 1, instead of every test file failing on its own.
  */
-import { describeTestDatabaseMode, TestDatabaseUnavailable, testDatabaseMode } from './database.ts'
+import { afterAll } from 'bun:test'
+import { describeTestDatabaseMode, stopTestDatabaseContainer, TestDatabaseUnavailable, testDatabaseMode } from './database.ts'
+
+// Once, after every file of the run: the container is not left behind (testcontainers' reaper,
+// Ryuk, is an image of its own, which machines without a registry cannot pull).
+afterAll(stopTestDatabaseContainer)
 
 try {
   const mode = await testDatabaseMode()
