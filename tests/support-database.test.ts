@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir, userInfo } from 'node:os'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { ROOT } from './support/process.ts'
 
@@ -56,16 +56,16 @@ describe('TEST_DATABASE: a database that cannot be used stops the run with one l
     expectOneLineFailure(run, /^TEST_DATABASE=postgres needs DATABASE_URL /)
   })
 
-  // testcontainers falls back from DOCKER_HOST to the usual sockets: with a Docker engine on them
-  // this would start a real container, so it runs only where there is none (as in CI).
-  const uid = userInfo().uid
-  const localDocker = ['/var/run/docker.sock', `/run/user/${uid}/docker.sock`].some((socket) => existsSync(socket))
-  test.if(!localDocker)('container, no Docker engine reachable', async () => {
-    const run = await runFixture({ TEST_DATABASE: 'container', DOCKER_HOST: 'unix:///nonexistent.sock', HOME: home, XDG_RUNTIME_DIR: home })
+  // DOCKER_HOST names the one engine to use: unreachable, the run stops there, even on a machine
+  // whose usual socket has a running engine (testcontainers alone would fall back to it).
+  test('container, the engine at DOCKER_HOST unreachable (a socket that does not exist, a port nothing listens on)', async () => {
+    const unix = await runFixture({ TEST_DATABASE: 'container', DOCKER_HOST: 'unix:///nonexistent.sock', HOME: home, XDG_RUNTIME_DIR: home })
     expectOneLineFailure(
-      run,
+      unix,
       /^TEST_DATABASE=container: no Docker engine reachable at unix:\/\/\/nonexistent\.sock \(.+\): install and start one, or use TEST_DATABASE=pglite\|postgres$/,
     )
+    const tcp = await runFixture({ TEST_DATABASE: 'container', DOCKER_HOST: 'tcp://127.0.0.1:1', HOME: home, XDG_RUNTIME_DIR: home })
+    expectOneLineFailure(tcp, /^TEST_DATABASE=container: no Docker engine reachable at tcp:\/\/127\.0\.0\.1:1 \(.+\): install and start one, or use TEST_DATABASE=pglite\|postgres$/)
   })
 
   test('a value that is not a test database: the accepted ones', async () => {
