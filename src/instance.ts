@@ -23,6 +23,7 @@ import { startEventRetention } from './delivery/retention.ts'
 import { startDeliveryWorker } from './delivery/supervisor.ts'
 import { createCommitNotifier } from './delivery/commit-notifier.ts'
 import { createMetrics, type Metrics } from './ops/metrics.ts'
+import { ensureDashboardClient } from './dashboard/client.ts'
 
 // The composition root: how one running instance is assembled from configuration, a database
 // and the features. The runtime entries (src/main.ts, src/main.deno.ts) and the tests start it.
@@ -89,6 +90,7 @@ export async function createInstance(options: {
   deliverWebhooks: boolean
 }): Promise<Instance> {
   const { config, logger, handle } = options
+  await ensureDashboardClient(handle.db, config.publicUrl)
   const keyCache = newApiKeyCache()
   const accounts = createAccountReader(handle.db)
   const encryptionKey = resolveEncryptionKey({ configured: config.encryptionKey, dataDir: config.dataDir, logger, multiInstance: handle.kind === 'postgres' })

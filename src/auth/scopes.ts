@@ -1,5 +1,5 @@
 /** What a credential may do. An API key acts for its account with every scope. */
-export const SCOPES = ['account:read', 'hooks:read', 'hooks:write', 'messages:read', 'messages:send'] as const
+export const SCOPES = ['account:read', 'hooks:read', 'hooks:write', 'messages:read', 'messages:send', 'keys:read', 'keys:write', 'grants:read', 'grants:write'] as const
 export type Scope = (typeof SCOPES)[number]
 
 /** Each scope in words, as the consent page and the OpenAPI document's oauth2 scheme show it. */
@@ -9,6 +9,10 @@ export const SCOPE_DESCRIPTIONS: Record<Scope, string> = {
   'hooks:write': 'Create, change, pause, test and delete webhook subscriptions, and resend their deliveries',
   'messages:read': 'Read your messages and their status',
   'messages:send': 'Send messages on your behalf',
+  'keys:read': 'See your API keys (names and prefixes, never the secrets)',
+  'keys:write': 'Create and revoke API keys',
+  'grants:read': 'See which apps and agents can access your account',
+  'grants:write': "Cut off an app's or agent's access to your account",
 }
 
 export const isScope = (name: string): name is Scope => (SCOPES as readonly string[]).includes(name)

@@ -9,6 +9,7 @@ import type { TokenDeps } from './tokens.ts'
 import { issueAuthorizationCode } from './grants/authorization-code.ts'
 import { oauthWireFormat } from './wire-format.ts'
 import { renderConsentPage, renderErrorPage } from './consent-page.ts'
+import { DASHBOARD_CLIENT_ID } from '../dashboard/client.ts'
 
 export interface AuthorizeDeps extends TokenDeps {
   db: Database
@@ -96,6 +97,7 @@ export function authorizeRoutes(deps: AuthorizeDeps) {
           scopes: valid.scopes,
           authorizeRequest: body,
           denyUrl,
+          firstParty: valid.client.id === DASHBOARD_CLIENT_ID,
         })
         return page(nonce, consent, 200)
       },

@@ -1,12 +1,6 @@
 import { SCOPE_DESCRIPTIONS, type Scope } from '../auth/scopes.ts'
+import { escapeHtml, scriptJson } from '../lib/html.ts'
 
-
-export function escapeHtml(value: string): string {
-  return value.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`)
-}
-
-/** JSON that is safe inside <script>: no "</script>", no HTML comment openers. */
-const scriptJson = (value: unknown) => JSON.stringify(value).replace(/</g, '\\u003c').replace(/>/g, '\\u003e').replace(/&/g, '\\u0026')
 
 export interface ConsentPageInput {
   nonce: string
@@ -20,6 +14,8 @@ export interface ConsentPageInput {
   /** The POST /auth/authorize body, less the id_token the page obtains by signing in. */
   authorizeRequest: Record<string, unknown>
   denyUrl: string
+  /** This service's own dashboard (src/dashboard/client.ts): the page is a sign-in page, with the same facts. */
+  firstParty?: boolean
 }
 
 const STYLE = `
@@ -55,19 +51,22 @@ function clientFacts(input: ConsentPageInput): string {
 /** The page a user sees at GET /auth/authorize: who asks, for what, sign in, Allow or Deny. */
 export function renderConsentPage(input: ConsentPageInput): string {
   const scopeItems = input.scopes.map((scope) => `<li>${escapeHtml(SCOPE_DESCRIPTIONS[scope])}</li>`).join('')
+  const name = escapeHtml(input.clientName)
+  const heading = input.firstParty ? `Sign in to the <strong id="client-name">${name}</strong>` : `<strong id="client-name">${name}</strong> wants to access your messaging account`
+  const title = input.firstParty ? `Sign in to the ${name}` : `Authorize ${name}`
   return `<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
-<title>Authorize ${escapeHtml(input.clientName)}</title>
+<title>${title}</title>
 <style nonce="${input.nonce}">${STYLE}</style>
 </head>
 <body>
 <main>
-  <h1><strong id="client-name">${escapeHtml(input.clientName)}</strong> wants to access your messaging account</h1>
-${clientFacts(input)}  <p>It will be able to:</p>
+  <h1>${heading}</h1>
+${clientFacts(input)}  <p>${input.firstParty ? 'Once you sign in, it can:' : 'It will be able to:'}</p>
   <ul id="scopes">${scopeItems}</ul>
   <p>After you decide, you will be sent to <span class="host" id="redirect-host">${escapeHtml(input.redirectHost)}</span>.</p>
   <form id="consent">
@@ -77,8 +76,8 @@ ${clientFacts(input)}  <p>It will be able to:</p>
     <input id="password" name="password" type="password" autocomplete="current-password" required>
     <p class="error" id="error" role="alert"></p>
     <div class="actions">
-      <a class="button" id="deny" href="${escapeHtml(input.denyUrl)}">Deny</a>
-      <button type="submit" id="allow">Allow</button>
+      <a class="button" id="deny" href="${escapeHtml(input.denyUrl)}">${input.firstParty ? 'Cancel' : 'Deny'}</a>
+      <button type="submit" id="allow">${input.firstParty ? 'Sign in' : 'Allow'}</button>
     </div>
   </form>
 </main>
