@@ -29,6 +29,7 @@ import { isForbiddenHost } from './lib/outbound.ts'
 import { mcpRoutes } from './mcp/routes.ts'
 import { createClientDirectory } from './oauth/clients.ts'
 import { createRequestRateLimiter } from './auth/request-rate-limit.ts'
+import { dashboardRoutes } from './dashboard/routes.ts'
 
 export interface AppDeps {
   config: Config
@@ -78,6 +79,7 @@ export function createApp(deps: AppDeps) {
     .use(httpFoundation(deps.logger, { publicUrl: deps.config.publicUrl }))
     .use(opsRoutes({ isDatabaseReachable: () => isDatabaseReachable(deps.db) }))
     .use(errorPageRoutes())
+    .use(dashboardRoutes({ publicUrl: deps.config.publicUrl, baseUrl: deps.config.baseUrl, logger: deps.logger }))
     .use(discoveryRoutes({ config: deps.config }))
     .group('/v0', (v0) => v0
         .use(accountRoutes({ ...deps, ...auth }))

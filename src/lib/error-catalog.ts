@@ -194,6 +194,13 @@ export const PROBLEM_CODES: readonly ErrorCatalogEntry[] = [
     happened: 'GET /readyz: the database is not reachable, so this instance should not receive traffic.',
     todo: 'Wait and probe again; check the database if it lasts.',
   },
+  {
+    code: 'dashboard_unavailable',
+    status: '503',
+    title: 'Dashboard unavailable',
+    happened: 'The dashboard page is bundled by Bun when first asked for; this instance runs without Bun (the Deno entry), or bundling failed (its log says why).',
+    todo: 'Serve the dashboard from the Bun entry (bun run start, or the container); the API itself is unaffected.',
+  },
 ]
 
 /** RFC 6749 §5.2 / RFC 7591 §3.2.2 codes: the `error` of the OAuth endpoints' error object (and `code` of a problem body). */

@@ -1,0 +1,83 @@
+import { useState } from 'preact/hooks'
+import { api, idempotencyKey } from '../api.ts'
+import { ErrorNotice, PageHeading, SecretOnce, useAction, useLoad } from '../components.tsx'
+import { hrefOf } from '../navigation.ts'
+import type { CreatedHook, EventType } from '../types.ts'
+
+export function NewWebhookPage({ accountId }: { accountId: string }) {
+  const eventTypes = useLoad(() => api<{ data: EventType[] }>('GET', '/event-types'), [])
+  const create = useAction()
+  const [created, setCreated] = useState<CreatedHook | null>(null)
+  // One key per filled-in form: a double submit or a retry after a network error creates one webhook.
+  const [attemptKey, setAttemptKey] = useState(idempotencyKey)
+
+  const submit = (event: SubmitEvent) => {
+    event.preventDefault()
+    const form = new FormData(event.currentTarget as HTMLFormElement)
+    const secret = String(form.get('secret') ?? '').trim()
+    void create.run(async () => {
+      const hook = await api<CreatedHook>(
+        'POST',
+        `/account/${accountId}/hooks`,
+        { event: form.get('event'), target_url: String(form.get('target_url') ?? '').trim(), ...(secret ? { secret } : {}) },
+        { 'idempotency-key': attemptKey },
+      )
+      setCreated(hook)
+      setAttemptKey(idempotencyKey())
+    })
+  }
+
+  if (created) {
+    return (
+      <>
+        <PageHeading>Webhook created</PageHeading>
+        <SecretOnce title="Signing secret" secret={created.secret}>
+          <p>
+            Your server verifies each delivery's <code>webhook-signature</code> with it (Standard Webhooks).
+          </p>
+        </SecretOnce>
+        <p>
+          <a class="button primary" href={hrefOf({ page: 'webhook', hookId: created.id })}>
+            Open the webhook
+          </a>{' '}
+          <a href={hrefOf({ page: 'webhooks' })}>Back to webhooks</a>
+        </p>
+      </>
+    )
+  }
+
+  return (
+    <>
+      <PageHeading>New webhook</PageHeading>
+      <form class="card" onSubmit={submit} aria-describedby="new-webhook-help">
+        <p id="new-webhook-help">We send a signed POST to your endpoint each time the event happens, and retry until it answers 2xx.</p>
+        <label for="event">Event</label>
+        <select id="event" name="event" required>
+          {(eventTypes.data?.data ?? []).map((type) => (
+            <option key={type.type} value={type.type}>
+              {type.type}: {type.description}
+            </option>
+          ))}
+        </select>
+        <ErrorNotice error={eventTypes.error} action="Loading the event types" />
+        <label for="target_url">Endpoint URL</label>
+        <input id="target_url" name="target_url" type="url" inputMode="url" required maxLength={2048} placeholder="https://example.com/webhooks" autoComplete="off" />
+        <details>
+          <summary>Use a signing secret of your own (optional)</summary>
+          <label for="secret">Signing secret</label>
+          <input id="secret" name="secret" type="text" maxLength={100} placeholder="whsec_…" autoComplete="off" spellcheck={false} aria-describedby="secret-help" />
+          <p class="hint" id="secret-help">
+            Leave empty for a new one. A secret you already use lets one receiver verify several subscriptions.
+          </p>
+        </details>
+        <ErrorNotice error={create.error} action="Creating the webhook" />
+        <div class="actions">
+          <button type="submit" class="primary" disabled={create.busy}>
+            {create.busy ? 'Creating…' : 'Create webhook'}
+          </button>
+          <a href={hrefOf({ page: 'webhooks' })}>Cancel</a>
+        </div>
+      </form>
+    </>
+  )
+}

@@ -1,0 +1,21 @@
+import type { Static } from '@sinclair/typebox'
+import type { AccountSchema } from '../../accounts/schemas.ts'
+import type { CreatedHookSchema, DeliveryDetailSchema, DeliverySchema, HookSchema, RotatedHookSchema, TestResultSchema } from '../../hooks/schemas.ts'
+import type { EventSchema } from '../../messages/schemas.ts'
+import type { Page } from '../../lib/pagination.ts'
+
+// The shapes the pages read are the API's own schemas: one definition, checked by the compiler here too.
+export type Account = Static<typeof AccountSchema>
+export type Hook = Static<typeof HookSchema>
+export type CreatedHook = Static<typeof CreatedHookSchema>
+export type RotatedHook = Static<typeof RotatedHookSchema>
+export type Delivery = Static<typeof DeliverySchema>
+export type DeliveryDetail = Static<typeof DeliveryDetailSchema>
+export type TestResult = Static<typeof TestResultSchema>
+export type Event = Static<typeof EventSchema>
+export type { Page }
+
+export interface EventType {
+  type: Hook['event']
+  description: string
+}
