@@ -166,6 +166,12 @@ issuer=$(curl -s --max-time 5 "http://127.0.0.1:${PORT}/v0/.well-known/oauth-aut
   | bun -e 'console.log((await Bun.stdin.json().catch(() => ({}))).issuer ?? "")')
 check "PUBLIC_URL honoured (issuer ${issuer:-none})" "$([ "$issuer" = "${PUBLIC_URL_UNDER_TEST}/v0" ]; echo $?)" "expected ${PUBLIC_URL_UNDER_TEST}/v0"
 
+# The dashboard is bundled by Bun inside the container on its first request (Preact from node_modules).
+dashboard_script=$(curl -s --max-time 10 "http://127.0.0.1:${PORT}/dashboard" | grep -oE 'src="[^"]*dashboard\.js[^"]*"' | sed 's/^src="//; s/"$//')
+code=000
+[ -n "$dashboard_script" ] && code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 20 "http://127.0.0.1:${PORT}${dashboard_script}")
+check "GET /dashboard and its bundled script (${code})" "$([ "$code" = 200 ]; echo $?)" "script ${dashboard_script:-not found in the page}"
+
 applied=$(psql -tA -h "$PG_HOST" -p "$PG_PORT" -U postgres -d "$DB" -c 'SELECT count(*) FROM drizzle.__drizzle_migrations' 2>/dev/null)
 expected=$(ls drizzle/*.sql | wc -l)
 check "migrations applied at start (${applied:-0}/${expected})" "$([ "${applied:-0}" = "$expected" ]; echo $?)"

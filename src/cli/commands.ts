@@ -166,6 +166,7 @@ const COMMANDS: Record<string, Handler> = {
         `  API key   ${secret}   (shown once)`,
         '',
         `Try it: curl '${baseUrl}/account?key=${secret}'`,
+        `Dashboard: open ${baseUrl.replace(/\/v0$/, '')}/dashboard and sign in as ${email}`,
       ].join('\n'),
       audit: <AuditEntry[]>[
         { action: 'account.created', account_id: account.id },

@@ -33,6 +33,11 @@ test.if(denoAvailable || process.env.CI === 'true')('deno run src/main.deno.ts s
     expect((await account.json()).id).toBe(demo.account.id)
     expect(account.headers.get('x-request-id')).toMatch(/^req_/)
 
+    // The dashboard is bundled by Bun: under Deno it is a clear 503, and the API goes on.
+    const dashboard = await fetch(`${server.origin}/dashboard`)
+    expect(dashboard.status).toBe(503)
+    expect((await dashboard.json()).code).toBe('dashboard_unavailable')
+
     const refused = await fetch(`${server.origin}/v0/account?key=sk_live_wrong`)
     expect(refused.status).toBe(401)
     expect(refused.headers.get('content-type')).toBe('application/problem+json')
