@@ -30,6 +30,9 @@ import { mcpRoutes } from './mcp/routes.ts'
 import { createClientDirectory } from './oauth/clients.ts'
 import { createRequestRateLimiter } from './auth/request-rate-limit.ts'
 import { dashboardRoutes } from './dashboard/routes.ts'
+import { createUsageRecorder } from './auth/usage.ts'
+import { apiKeyRoutes } from './auth/api-key-routes.ts'
+import { connectedAppRoutes } from './oauth/connected-app-routes.ts'
 
 export interface AppDeps {
   config: Config
@@ -52,7 +55,8 @@ export function createApp(deps: AppDeps) {
   const resourceMetadataUrl = `${deps.config.publicUrl}/.well-known/oauth-protected-resource/v0`
   // One limiter for every route of this instance: a credential's requests are counted together.
   const rateLimiter = deps.config.apiRateLimit > 0 ? createRequestRateLimiter({ ratePerSecond: deps.config.apiRateLimit }) : undefined
-  const auth = { ...deps, resourceMetadataUrl, baseUrl: deps.config.baseUrl, rateLimiter }
+  const noteUse = createUsageRecorder({ db: deps.db, logger: deps.logger })
+  const auth = { ...deps, resourceMetadataUrl, baseUrl: deps.config.baseUrl, rateLimiter, noteUse }
   const tokens = {
     db: deps.db,
     // Client ID metadata documents are fetched under the webhook rules (SPEC §5): the same private-target switch and CAs.
@@ -83,6 +87,8 @@ export function createApp(deps: AppDeps) {
     .use(discoveryRoutes({ config: deps.config }))
     .group('/v0', (v0) => v0
         .use(accountRoutes({ ...deps, ...auth }))
+        .use(apiKeyRoutes({ ...deps, ...auth }))
+        .use(connectedAppRoutes({ ...deps, ...auth }))
         .use(registrationRoutes({ db: deps.db }))
         .use(jwksRoutes(deps))
         .use(signInRoutes({ db: deps.db, signer: deps.signer, baseUrl: deps.config.baseUrl }))

@@ -19,6 +19,10 @@ export interface ApiKeyAuthenticatorDeps {
   cache: TtlCache<ActiveApiKey | null>
 }
 
+/** Who did it, for an audit line: the credential's kind and ids, never a secret. */
+export const auditActor = (caller: Caller): Record<string, string> =>
+  caller.credential.kind === 'api_key' ? { by_api_key_id: caller.credential.id } : { by_client_id: caller.credential.clientId, by_user_id: caller.credential.userId }
+
 // Longer than a secret we issue, short enough that hashing junk costs nothing.
 const MAX_SECRET_LENGTH = 256
 

@@ -6,6 +6,7 @@ import type { Scope } from './scopes.ts'
 import type { BearerAuthenticator } from './bearer.ts'
 import { insufficientScope, unauthorized as unauthorizedChallenge } from './challenges.ts'
 import { rateLimitKey, type RequestRateLimiter } from './request-rate-limit.ts'
+import type { NoteUse } from './usage.ts'
 
 export interface AuthRequirement {
   /** The scope the credential must carry (API keys carry every scope); null: any valid credential. */
@@ -31,6 +32,8 @@ export interface AuthPluginDeps {
   resourceMetadataUrl: string
   /** API_RATE_LIMIT; absent when it is 0 (no limit, no RateLimit headers). */
   rateLimiter?: RequestRateLimiter
+  /** Records when a key or grant was last used (src/auth/usage.ts). */
+  noteUse?: NoteUse
 }
 
 function unauthorized(deps: AuthPluginDeps, requirement: AuthRequirement, detail: string, tokenSent: boolean): ApiError {
@@ -125,6 +128,7 @@ async function authorizeCaller(deps: AuthPluginDeps, requirement: AuthRequiremen
   // Noted for the request's log line (account, credential kind and id; never the secret) as
   // soon as it is known, so that a refusal after authentication (403, 413, 422, 429, ...) names it too.
   noteCaller(request, caller)
+  deps.noteUse?.(caller.credential)
   limitRate(deps, request, caller)
   return checkScope(deps, caller, requirement)
 }

@@ -38,6 +38,8 @@ export const apiKeys = pgTable(
     secretHash: text('secret_hash').notNull(),
     createdAt: createdAt(),
     revokedAt: timestamp('revoked_at', { withTimezone: true, mode: 'date' }),
+    /** The last authenticated call with it, written at most once a minute per instance (src/auth/usage.ts). */
+    lastUsedAt: timestamp('last_used_at', { withTimezone: true, mode: 'date' }),
   },
   (table) => [uniqueIndex('api_keys_secret_hash_key').on(table.secretHash), index('api_keys_account_id_idx').on(table.accountId)],
 )
@@ -111,8 +113,11 @@ export const grants = pgTable(
     createdAt: createdAt(),
     revokedAt: timestamp('revoked_at', { withTimezone: true, mode: 'date' }),
     revokedReason: text('revoked_reason'),
+    /** The last authenticated call with one of its access tokens, written at most once a minute per instance (src/auth/usage.ts). */
+    lastUsedAt: timestamp('last_used_at', { withTimezone: true, mode: 'date' }),
   },
-  (table) => [index('grants_user_id_idx').on(table.userId)],
+  // The Connected apps list reads an account's grants.
+  (table) => [index('grants_user_id_idx').on(table.userId), index('grants_account_id_idx').on(table.accountId)],
 )
 
 /** Authorization codes (60 s, single use); stored as SHA-256. */
