@@ -1,4 +1,4 @@
-import { and, desc, eq, isNull, sql } from 'drizzle-orm'
+import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm'
 import type { Database } from '../lib/db/client.ts'
 import { apiKeys } from '../lib/db/schema.ts'
 import { recordInvalidation } from '../lib/invalidation-feed.ts'
@@ -6,6 +6,7 @@ import { newSecret, sha256Hex } from '../lib/crypto.ts'
 import { newId } from '../lib/ids.ts'
 import { isForeignKeyViolation } from '../lib/db/errors.ts'
 import { ApiError } from '../lib/errors.ts'
+import { readPage, type Page } from '../lib/pagination.ts'
 
 export const API_KEY_PREFIX = 'sk_live_'
 /** Enough of the secret to recognise a key in a list, far too little to guess the rest. */
@@ -21,6 +22,7 @@ const apiKeyColumns = {
   secretPrefix: apiKeys.secretPrefix,
   createdAt: apiKeys.createdAt,
   revokedAt: apiKeys.revokedAt,
+  lastUsedAt: apiKeys.lastUsedAt,
 }
 
 export interface CreatedApiKey {
@@ -57,16 +59,33 @@ export async function listApiKeys(db: Database, accountId: string): Promise<ApiK
     .orderBy(desc(apiKeys.id))
 }
 
+/** The account's active keys, newest first, a page at a time (`GET /account/{id}/keys`). */
+export async function listActiveApiKeys(db: Database, accountId: string, page: { limit?: number; cursor?: string }): Promise<Page<ApiKey>> {
+  return readPage(
+    page,
+    'key',
+    (before, take) =>
+      db
+        .select(apiKeyColumns)
+        .from(apiKeys)
+        .where(and(eq(apiKeys.accountId, accountId), isNull(apiKeys.revokedAt), before ? lt(apiKeys.id, before) : undefined))
+        .orderBy(desc(apiKeys.id))
+        .limit(take),
+    (key) => key,
+  )
+}
+
 /**
  * Marks the key revoked and records a cache invalidation in the same transaction, so every
- * instance evicts it within seconds. Returns false when there was no active key with that id.
+ * instance evicts it within seconds. Returns false when there was no active key with that id
+ * (in `accountId`, when given: the API's callers reach only their own account's keys).
  */
-export async function revokeApiKey(db: Database, keyId: string): Promise<boolean> {
+export async function revokeApiKey(db: Database, keyId: string, accountId?: string): Promise<boolean> {
   return db.transaction(async (tx) => {
     const revoked = await tx
       .update(apiKeys)
       .set({ revokedAt: sql`now()` })
-      .where(and(eq(apiKeys.id, keyId), isNull(apiKeys.revokedAt)))
+      .where(and(eq(apiKeys.id, keyId), isNull(apiKeys.revokedAt), accountId === undefined ? undefined : eq(apiKeys.accountId, accountId)))
       .returning({ id: apiKeys.id })
     if (revoked.length === 0) return false
     await recordInvalidation(tx, 'api_key', keyId)

@@ -1,4 +1,5 @@
 import { t } from 'elysia'
+import { AccountParams } from '../accounts/schemas.ts'
 import { Type } from '@sinclair/typebox'
 import { SCOPES } from '../auth/scopes.ts'
 
@@ -246,3 +247,20 @@ export const AuthorizeResult = t.Object({
   iss: t.String(),
   redirect_to: t.String({ description: 'redirect_uri with code, state and iss appended: where to send the browser.' }),
 }, { title: 'AuthorizationResult' })
+
+export const ConnectedAppSchema = t.Object(
+  {
+    id: t.String({ description: 'The grant: one user\'s consent to one client.', examples: ['grt_01jd3m9x2qk7r5v8w4y6z0abcd'] }),
+    client_id: t.String(),
+    client_name: t.Union([t.String(), t.Null()], { description: 'The name the client registered with; null if it gave none.' }),
+    scope: t.String({ description: 'What it may do: scopes one space apart.' }),
+    user_id: t.String({ description: 'The user who allowed it.' }),
+    created_at: t.String({ format: 'date-time', description: 'When it was allowed.' }),
+    last_used_at: t.Union([t.String({ format: 'date-time' }), t.Null()], {
+      description: 'The last authenticated call with one of its access tokens, to the minute; null when never used.',
+    }),
+  },
+  { title: 'ConnectedApp' },
+)
+
+export const GrantParams = t.Object({ ...AccountParams.properties, grant_id: t.String({ maxLength: 64 }) })

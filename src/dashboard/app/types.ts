@@ -3,6 +3,8 @@ import type { AccountSchema } from '../../accounts/schemas.ts'
 import type { CreatedHookSchema, DeliveryDetailSchema, DeliverySchema, HookSchema, RotatedHookSchema, TestResultSchema } from '../../hooks/schemas.ts'
 import type { EventSchema } from '../../messages/schemas.ts'
 import type { Page } from '../../lib/pagination.ts'
+import type { ApiKeySchema, CreatedApiKeySchema } from '../../auth/api-key-schemas.ts'
+import type { ConnectedAppSchema } from '../../oauth/schemas.ts'
 
 // The shapes the pages read are the API's own schemas: one definition, checked by the compiler here too.
 export type Account = Static<typeof AccountSchema>
@@ -13,6 +15,9 @@ export type Delivery = Static<typeof DeliverySchema>
 export type DeliveryDetail = Static<typeof DeliveryDetailSchema>
 export type TestResult = Static<typeof TestResultSchema>
 export type Event = Static<typeof EventSchema>
+export type ApiKey = Static<typeof ApiKeySchema>
+export type CreatedApiKey = Static<typeof CreatedApiKeySchema>
+export type ConnectedApp = Static<typeof ConnectedAppSchema>
 export type { Page }
 
 export interface EventType {

@@ -3,19 +3,11 @@ import { SCOPE_DESCRIPTIONS, isScope } from '../../../auth/scopes.ts'
 import { api } from '../api.ts'
 import { ConfirmButton, EmptyState, ErrorNotice, LoadMore, Notice, PageHeading, Time, useAction, usePages } from '../components.tsx'
 import { settings } from '../settings.ts'
-
-export interface GrantItem {
-  id: string
-  client_id: string
-  client_name: string | null
-  scope: string
-  created_at: string
-  last_used_at: string | null
-}
+import type { ConnectedApp, Page } from '../types.ts'
 
 const scopeInWords = (scope: string) => (isScope(scope) ? SCOPE_DESCRIPTIONS[scope] : scope)
 
-function GrantCard({ accountId, grant, onRevoked }: { accountId: string; grant: GrantItem; onRevoked(message: string): void }) {
+function GrantCard({ accountId, grant, onRevoked }: { accountId: string; grant: ConnectedApp; onRevoked(message: string): void }) {
   const revoke = useAction()
   const name = grant.client_name ?? grant.client_id
   const isDashboard = grant.client_id === settings.clientId
@@ -54,7 +46,7 @@ export function AppsPage({ accountId }: { accountId: string }) {
   const [version, setVersion] = useState(0)
   const [message, setMessage] = useState<string | null>(null)
   const grants = usePages(
-    (cursor) => api<{ data: GrantItem[]; next_cursor: string | null }>('GET', `/account/${accountId}/grants${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ''}`),
+    (cursor) => api<Page<ConnectedApp>>('GET', `/account/${accountId}/grants${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ''}`),
     [accountId, version],
   )
   return (

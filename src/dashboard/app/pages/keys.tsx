@@ -2,16 +2,9 @@ import { useState } from 'preact/hooks'
 import { api, idempotencyKey } from '../api.ts'
 import { ConfirmButton, EmptyState, ErrorNotice, LoadMore, Notice, PageHeading, SecretOnce, Time, useAction, usePages } from '../components.tsx'
 import { settings } from '../settings.ts'
+import type { ApiKey, CreatedApiKey, Page } from '../types.ts'
 
-export interface ApiKeyItem {
-  id: string
-  name: string | null
-  secret_prefix: string
-  created_at: string
-  last_used_at: string | null
-}
-
-function KeyRow({ accountId, apiKey, onRevoked }: { accountId: string; apiKey: ApiKeyItem; onRevoked(message: string): void }) {
+function KeyRow({ accountId, apiKey, onRevoked }: { accountId: string; apiKey: ApiKey; onRevoked(message: string): void }) {
   const revoke = useAction()
   return (
     <tr>
@@ -47,7 +40,7 @@ function KeyRow({ accountId, apiKey, onRevoked }: { accountId: string; apiKey: A
 export function KeysPage({ accountId }: { accountId: string }) {
   const [version, setVersion] = useState(0)
   const keys = usePages(
-    (cursor) => api<{ data: ApiKeyItem[]; next_cursor: string | null }>('GET', `/account/${accountId}/keys${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ''}`),
+    (cursor) => api<Page<ApiKey>>('GET', `/account/${accountId}/keys${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ''}`),
     [accountId, version],
   )
   const create = useAction()
@@ -59,7 +52,7 @@ export function KeysPage({ accountId }: { accountId: string }) {
     const form = event.currentTarget as HTMLFormElement
     const name = String(new FormData(form).get('name') ?? '').trim()
     void create.run(async () => {
-      const key = await api<ApiKeyItem & { secret: string }>('POST', `/account/${accountId}/keys`, { name }, { 'idempotency-key': idempotencyKey() })
+      const key = await api<CreatedApiKey>('POST', `/account/${accountId}/keys`, { name }, { 'idempotency-key': idempotencyKey() })
       setCreated({ secret: key.secret, name: key.name })
       setMessage(null)
       form.reset()

@@ -1,0 +1,42 @@
+import { Elysia, t } from 'elysia'
+import type { Database } from '../lib/db/client.ts'
+import { notFound } from '../lib/errors.ts'
+import type { Logger } from '../lib/logger.ts'
+import { PageQuery, pageOf } from '../lib/pagination.ts'
+import { AccountParams } from '../accounts/schemas.ts'
+import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
+import { auditActor } from '../auth/authenticator.ts'
+import { disconnectApp, listConnectedApps } from './connected-apps.ts'
+import { ConnectedAppSchema, GrantParams } from './schemas.ts'
+
+export interface ConnectedAppRoutesDeps extends AuthPluginDeps {
+  db: Database
+  logger: Logger
+  /** Applies the revocation on this instance at once (the other instances follow within seconds). */
+  syncCaches(): Promise<void>
+}
+
+/** `/account/{account_id}/grants` (SPEC §7): the apps and agents that hold access, and cutting one off. */
+export function connectedAppRoutes(deps: ConnectedAppRoutesDeps) {
+  return new Elysia({ tags: ['Connected apps'] })
+    .use(authPlugin(deps))
+    .get('/account/:account_id/grants', ({ caller, params, query }) => listConnectedApps(deps.db, ownAccount(caller, params.account_id), query), {
+      auth: { scope: 'grants:read' },
+      params: AccountParams,
+      query: PageQuery,
+      response: { 200: pageOf(ConnectedAppSchema) },
+      detail: { operationId: 'listGrants', summary: 'List the apps and agents that hold access to the account, newest first' },
+    })
+    .delete('/account/:account_id/grants/:grant_id', async ({ caller, params, set }) => {
+      const accountId = ownAccount(caller, params.account_id)
+      if (!(await disconnectApp(deps.db, accountId, params.grant_id))) throw notFound(`No active grant ${params.grant_id} on this account.`)
+      deps.logger.info('audit', { audit: true, action: 'grant.revoked', grant_id: params.grant_id, account_id: accountId, ...auditActor(caller) })
+      await deps.syncCaches()
+      set.status = 204
+    }, {
+      auth: { scope: 'grants:write' },
+      params: GrantParams,
+      response: { 204: t.Void() },
+      detail: { operationId: 'revokeGrant', summary: "Revoke an app's access: its tokens stop working here at once, on every instance within 5 s" },
+    })
+}
