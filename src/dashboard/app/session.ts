@@ -100,7 +100,20 @@ export async function currentAccessToken(): Promise<string | null> {
   return tokens?.accessToken ?? null
 }
 
-export const isSignedIn = () => tokens !== null
+/**
+ * The grant this session's tokens belong to (the access token's `grant_id` claim), to mark it
+ * on the Connected apps page. Read for display only: the API verifies the token, not this page.
+ */
+export function currentGrantId(): string | null {
+  const payload = tokens?.accessToken.split('.')[1]
+  if (!payload) return null
+  try {
+    const claims = JSON.parse(atob(payload.replace(/-/g, '+').replace(/_/g, '/')))
+    return typeof claims.grant_id === 'string' ? claims.grant_id : null
+  } catch {
+    return null
+  }
+}
 
 /** Revokes the session's grant (RFC 7009) and forgets the tokens. */
 export async function signOut(): Promise<void> {

@@ -3,6 +3,7 @@ import { SCOPE_DESCRIPTIONS, isScope } from '../../../auth/scopes.ts'
 import { api } from '../api.ts'
 import { ConfirmButton, EmptyState, ErrorNotice, LoadMore, Notice, PageHeading, Time, useAction, usePages } from '../components.tsx'
 import { settings } from '../settings.ts'
+import { currentGrantId } from '../session.ts'
 import type { ConnectedApp, Page } from '../types.ts'
 
 const scopeInWords = (scope: string) => (isScope(scope) ? SCOPE_DESCRIPTIONS[scope] : scope)
@@ -11,10 +12,11 @@ function GrantCard({ accountId, grant, onRevoked }: { accountId: string; grant: 
   const revoke = useAction()
   const name = grant.client_name ?? grant.client_id
   const isDashboard = grant.client_id === settings.clientId
+  const isThisSession = grant.id === currentGrantId()
   return (
     <li class="card grant" data-grant-id={grant.id}>
       <h2>
-        {name} {isDashboard && <span class="badge">this dashboard</span>}
+        {name} {isThisSession ? <span class="badge">this session</span> : isDashboard && <span class="badge">another session</span>}
       </h2>
       <p class="muted">
         Connected <Time iso={grant.created_at} /> · last used <Time iso={grant.last_used_at} />
@@ -27,7 +29,7 @@ function GrantCard({ accountId, grant, onRevoked }: { accountId: string; grant: 
       </ul>
       <ConfirmButton
         label="Revoke access"
-        question={isDashboard ? 'Sign out this dashboard session everywhere it is open?' : `Cut off ${name}? Its tokens stop working within seconds.`}
+        question={isThisSession ? 'Revoke this session? You will be signed out.' : isDashboard ? 'Sign out that dashboard session?' : `Cut off ${name}? Its tokens stop working within seconds.`}
         confirmLabel="Revoke"
         busy={revoke.busy}
         onConfirm={() =>
