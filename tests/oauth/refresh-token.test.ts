@@ -151,7 +151,8 @@ describe('the migration that erases successors kept by earlier releases', () => 
         tokenEndpointAuthMethod: 'none',
         applicationType: 'native',
       })
-      await db.insert(grants).values({ id: 'grt_m', clientId: 'cli_m', userId: 'usr_m', accountId: 'acc_m', scope: 'account:read', audience: ['x'] })
+      // In SQL: the schema of today has columns (grants.last_used_at) this older database lacks.
+      await db.execute(sql`insert into grants (id, client_id, user_id, account_id, scope, audience) values ('grt_m', 'cli_m', 'usr_m', 'acc_m', 'account:read', array['x'])`)
       const expiresAt = new Date(Date.now() + 86_400_000)
       await db.insert(refreshTokens).values([
         { tokenHash: 'rotated-last-month', grantId: 'grt_m', expiresAt, rotatedAt: sql`now() - interval '30 days'`, successorCiphertext: 'v1.old' },
