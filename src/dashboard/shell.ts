@@ -23,6 +23,7 @@ export function renderDashboardShell(settings: DashboardSettings, nonce: string)
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
 <title>Dashboard · Messaging</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="${escapeHtml(settings.assetPath)}/dashboard.css?v=${version}">
 <script type="application/json" id="dashboard-settings">${scriptJson(settings)}</script>
 <script type="module" nonce="${nonce}" src="${escapeHtml(settings.assetPath)}/dashboard.js?v=${version}"></script>

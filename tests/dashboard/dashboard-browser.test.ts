@@ -295,6 +295,15 @@ test.if(runs)('nothing is loaded from elsewhere and nothing broke the CSP', asyn
   expect(consoleErrors.filter((text) => /Content Security Policy|Refused to/i.test(text))).toEqual([])
 })
 
+test.if(runs)('opened under another name for this host, the page moves to PUBLIC_URL first, where signing in returns', async () => {
+  const other = await context.newPage()
+  const elsewhere = server.origin.replace('127.0.0.1', 'localhost')
+  await other.goto(`${elsewhere}/dashboard#/events`)
+  await other.waitForURL((url) => url.pathname === '/v0/auth/authorize')
+  expect(new URL(other.url()).origin).toBe(server.origin)
+  await other.close()
+})
+
 test.if(runs)('sign out revokes the session: the page offers to sign in again', async () => {
   await page.getByRole('button', { name: 'Sign out' }).click()
   await page.getByText('You are signed out.').waitFor()

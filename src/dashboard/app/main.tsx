@@ -4,6 +4,7 @@ import { api, whenSignedOut } from './api.ts'
 import { ErrorNotice } from './components.tsx'
 import { hrefOf, parseRoute, takeFlash, type Route } from './navigation.ts'
 import { completeSignIn, signOut, startSignIn } from './session.ts'
+import { settings } from './settings.ts'
 import type { Account } from './types.ts'
 import { AppsPage } from './pages/apps.tsx'
 import { EventsPage } from './pages/events.tsx'
@@ -153,7 +154,14 @@ function App() {
   )
 }
 
-// The server's placeholder ("Loading…") goes: Preact renders into an empty container.
-const root = document.getElementById('app')!
-root.replaceChildren()
-render(<App />, root)
+// Signing in returns to PUBLIC_URL's origin, and a session's tokens and PKCE verifier belong to
+// one origin: opened under another name (127.0.0.1 for localhost), go to the configured one first.
+const home = new URL(settings.redirectUri)
+if (location.origin !== home.origin) {
+  location.replace(`${home.href}${location.hash}`)
+} else {
+  // The server's placeholder ("Loading…") goes: Preact renders into an empty container.
+  const root = document.getElementById('app')!
+  root.replaceChildren()
+  render(<App />, root)
+}
