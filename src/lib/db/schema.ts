@@ -194,13 +194,21 @@ export const hooks = pgTable(
     previousSecretExpiresAt: timestamp('previous_secret_expires_at', { withTimezone: true, mode: 'date' }),
     /** Start of the current run of failed attempts; null after any success. Five days of it disable the hook. */
     failingSince: timestamp('failing_since', { withTimezone: true, mode: 'date' }),
-    /** SPEC §7: at most this many attempts start in each clock second, across every process; null: no limit. */
+    /** docs/webhooks.md#how-fast-we-send-concurrency-and-fairness: at most this many attempts start in each clock second, across every process; null: no limit. */
     rateLimitPerS: integer('rate_limit_per_s'),
     /** The second the attempts counted in `rateWindowCount` started in. */
     rateWindowStartedAt: timestamp('rate_window_started_at', { withTimezone: true, mode: 'date' }),
     rateWindowCount: integer('rate_window_count').notNull().default(0),
     /** The receiver asked for a pause (429 or 503 with Retry-After): nothing is sent to it before this. */
     throttledUntil: timestamp('throttled_until', { withTimezone: true, mode: 'date' }),
+    /** Contact numbers this subscription is narrowed to (docs/api.md#filters); null: every event of its type. */
+    filterContacts: text('filter_contacts').array(),
+    /** Failed attempts in a row (no answer, 5xx, 429) since the last success: the circuit breaker's count (src/delivery/circuit.ts). */
+    consecutiveFailures: integer('consecutive_failures').notNull().default(0),
+    /** When the circuit opened; null while it is closed. */
+    circuitOpenedAt: timestamp('circuit_opened_at', { withTimezone: true, mode: 'date' }),
+    /** While open: when the next probe may start. */
+    circuitProbeAt: timestamp('circuit_probe_at', { withTimezone: true, mode: 'date' }),
     createdAt: createdAt(),
   },
   (table) => [
@@ -297,6 +305,24 @@ export const deliveries = pgTable(
     // The claim counts each subscription's deliveries in flight: only leased rows are indexed.
     index('deliveries_leased_idx').on(table.hookId).where(sql`${table.leasedUntil} is not null`),
   ],
+)
+
+/**
+ * The delivery queue's index of subscriptions: one row per subscription that may have work, with
+ * the time its next delivery may be claimed. The claim reads due subscriptions from here, so its
+ * cost follows the work it takes, not the number of subscriptions or the history of deliveries
+ * (src/delivery/store.ts, docs/architecture.md#webhook-delivery).
+ */
+export const hookQueues = pgTable(
+  'hook_queues',
+  {
+    hookId: text('hook_id')
+      .primaryKey()
+      .references(() => hooks.id, { onDelete: 'cascade' }),
+    /** Writers that add claimable work only ever bring it earlier; only the claim moves it later. Null: nothing to send. */
+    dueAt: timestamp('due_at', { withTimezone: true, mode: 'date' }),
+  },
+  (table) => [index('hook_queues_due_idx').on(table.dueAt).where(sql`${table.dueAt} is not null`)],
 )
 
 /** Every attempt of every delivery (GET …/deliveries/{delivery_id}). */
