@@ -14,6 +14,8 @@ export interface WebhookRequest {
 export interface SendOptions {
   /** Covers resolving, connecting, TLS, the response and reading its first 4 KB. */
   timeoutMs: number
+  /** Connecting alone: CONNECT_TIMEOUT_MS (src/lib/outbound.ts) when absent. */
+  connectTimeoutMs?: number
   allowPrivate: boolean
   /** Extra trusted CAs (PEM, WEBHOOK_CA_FILE), added to the default ones rather than replacing them. */
   ca?: string

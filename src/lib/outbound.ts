@@ -127,6 +127,8 @@ export function isForbiddenHost(hostname: string): boolean {
 export interface OutboundPolicy {
   /** Loopback and private addresses allowed (tests, local development); plain http too, to them only. */
   allowPrivate: boolean
+  /** How long connecting may take, apart from the whole request's timeout; CONNECT_TIMEOUT_MS when absent. */
+  connectTimeoutMs?: number
   /** Extra trusted CAs (PEM), added to the default ones rather than replacing them. */
   ca?: string
   lookup?: Lookup
@@ -158,6 +160,48 @@ function trustedWith(extra: string): string {
  * request is refused with a plain reason instead of a TLS error, and never goes out unpinned.
  */
 const RUNTIME_PINS_TLS = typeof (globalThis as { Bun?: unknown }).Bun !== 'undefined'
+/** A host that does not accept a connection within this long is given up on (docs/webhooks.md#timeouts), whatever the request's timeout. */
+export const CONNECT_TIMEOUT_MS = 5_000
+/** An address that accepted a connection this recently is not checked again: fetch's keep-alive pool usually holds one to it. */
+const CONNECTED_RECENTLY_MS = 30_000
+const connectedAt = new Map<string, number>()
+
+/** No connection was accepted within the connect timeout (a host that drops packets, or one whose accept queue is full). */
+export class ConnectTimeout extends Error {
+  override readonly name = 'ConnectTimeout'
+  constructor(readonly timeoutMs: number) {
+    super(`connect timed out after ${timeoutMs} ms`)
+  }
+}
+
+/**
+ * Bun's fetch has no connect timeout of its own: a host that drops packets holds the request
+ * until the whole timeout runs out (and the kernel keeps trying for two minutes). So before
+ * fetch is asked for an address not connected to lately, a TCP connection to it is opened and
+ * closed within the connect timeout. Refused, it throws the connect error fetch would have.
+ */
+async function checkConnects(address: string, port: number, timeoutMs: number, signal: AbortSignal): Promise<void> {
+  const key = `${address}:${port}`
+  if ((connectedAt.get(key) ?? -Infinity) > performance.now() - CONNECTED_RECENTLY_MS) return
+  const connecting = Bun.connect({ hostname: address, port, socket: { data() {}, error() {} } })
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new ConnectTimeout(timeoutMs)), timeoutMs)
+  })
+  try {
+    const socket = await raceSignal(Promise.race([connecting, timedOut]), signal)
+    socket.end()
+    if (connectedAt.size >= 10_000) connectedAt.clear()
+    connectedAt.set(key, performance.now())
+  } catch (error) {
+    // A connection made after the check gave up is closed as soon as it exists.
+    connecting.then((socket) => socket.end()).catch(() => {})
+    throw error
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** Errors raised before a connection exists, after which the next checked address is worth a try. */
 const CONNECT_ERRORS = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL'])
 
@@ -193,11 +237,12 @@ export async function fetchPinned(url: URL, request: PinnedRequest, policy: Outb
     pinned.hostname = address.includes(':') ? `[${address}]` : address
     pinned.hash = ''
     try {
+      if (RUNTIME_PINS_TLS) await checkConnects(address, Number(pinned.port) || (url.protocol === 'https:' ? 443 : 80), policy.connectTimeoutMs ?? CONNECT_TIMEOUT_MS, signal)
       // proxy: false because a proxy would connect on its own terms, not to the checked address.
       return await fetch(pinned, { method: request.method, headers: request.headers, body: request.body, redirect: 'manual', signal, tls, proxy: false })
     } catch (error) {
       lastError = error
-      if (!CONNECT_ERRORS.has(errorCode(error) ?? '')) break
+      if (!(error instanceof ConnectTimeout) && !CONNECT_ERRORS.has(errorCode(error) ?? '')) break
     }
   }
   throw lastError
@@ -287,6 +332,7 @@ export const isTimeout = (error: unknown) => (error as { name?: unknown } | null
 /** A network failure in a few words: the timeout, or the error code (ECONNREFUSED, a TLS verification code), or the message. */
 export function describeNetworkError(error: unknown, timeoutMs: number): string {
   if (isTimeout(error)) return `timed out after ${timeoutMs} ms`
+  if (error instanceof ConnectTimeout) return error.message
   const code = errorCode(error)
   if (code) return `connection failed: ${code}`
   return `connection failed: ${error instanceof Error ? error.message.slice(0, 200) : String(error)}`

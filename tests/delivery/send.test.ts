@@ -162,3 +162,40 @@ test('without allowPrivate a loopback receiver is refused before any connection'
   expect((await sendWebhook(event(at('/hook').replace('https:', 'http:')), { ...options(), allowPrivate: false })).error).toStartWith('refused (scheme)')
   expect(hits).toHaveLength(0)
 })
+
+test('a host that accepts no connection is given up on at the connect timeout, long before the request timeout', async () => {
+  // A listener whose accept queue is full: the kernel drops further SYNs, as a black-holed host does.
+  const listener = Bun.spawn(
+    [
+      'python3',
+      '-c',
+      `import socket, time
+s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(0)
+print(s.getsockname()[1], flush=True)
+held = []
+for _ in range(4):
+    c = socket.socket(); c.setblocking(False)
+    try: c.connect(('127.0.0.1', s.getsockname()[1]))
+    except BlockingIOError: pass
+    held.append(c)
+time.sleep(30)`,
+    ],
+    { stdout: 'pipe' },
+  )
+  try {
+    const { value } = await listener.stdout.getReader().read()
+    const port = Number(new TextDecoder().decode(value).trim())
+    await Bun.sleep(200)
+    const slowOptions = { ...options(), timeoutMs: 10_000, connectTimeoutMs: 600 }
+    const started = performance.now()
+    const result = await sendWebhook(event(`http://127.0.0.1:${port}/hook`), slowOptions)
+    const elapsed = performance.now() - started
+    expect(result).toMatchObject({ ok: false, status: null, error: 'connect timed out after 600 ms' })
+    expect(elapsed).toBeGreaterThanOrEqual(580)
+    expect(elapsed).toBeLessThan(2_000)
+    // A receiver that accepts is unaffected by the bound.
+    expect((await sendWebhook(event(at('/hook')), slowOptions)).ok).toBe(true)
+  } finally {
+    listener.kill()
+  }
+})
