@@ -1,7 +1,7 @@
-import { createFlowControl, type FlowSettings } from './flow-control.ts'
+import { createFlowControl, fairShare, type FlowSettings } from './flow-control.ts'
 import { decideAfterAttempt } from './policy.ts'
 import type { AttemptResult } from './send.ts'
-import type { ClaimOptions, ClaimResult, ClaimedDelivery, RecordedAttempt } from './store.ts'
+import { CLAIM_SCAN, type ClaimOptions, type ClaimResult, type ClaimedDelivery, type RecordedAttempt } from './store.ts'
 
 /**
  * The two database operations a sender needs. Coarse on purpose: on PGlite each call crosses
@@ -13,8 +13,8 @@ export interface DeliveryStore {
   record(attempts: RecordedAttempt[]): Promise<void>
 }
 
-// Claims in a row that found nothing though subscriptions were left unvisited (each visits up to HOOKS_PER_CLAIM).
-const MAX_EMPTY_WALKS = 16
+// Claims in a row that leased nothing though they found as many due subscriptions as they may look at (CLAIM_SCAN): those had no room, and went to the back of the line.
+const MAX_EMPTY_CLAIMS = 4
 
 export interface DispatcherOptions {
   store: DeliveryStore
@@ -35,6 +35,8 @@ export interface DispatcherOptions {
   onAttempt?(delivery: ClaimedDelivery, attempt: RecordedAttempt): void
   /** The number of sends in flight changed (metrics). */
   onInFlight?(inFlight: number): void
+  /** A claim took this long, in milliseconds (metrics). */
+  onClaim?(durationMs: number): void
 }
 
 export interface Dispatcher {
@@ -54,15 +56,23 @@ export interface Dispatcher {
  * batches (whatever finished while the previous batch was being written). Recording frees the
  * subscription's slot in the database, so every flush is followed by another claim.
  *
- * Each subscription may have no more in flight than its adaptive window, and no more than its
- * fair share of the slots (src/delivery/flow-control.ts): the claim is told both.
+ * Isolation (docs/webhooks.md#how-fast-we-send-concurrency-and-fairness). The claim is told three
+ * bounds, so that no one can take every slot and leave a healthy subscription waiting for them:
+ * - each subscription no more in flight than its adaptive window and its fair share of the
+ *   slots (src/delivery/flow-control.ts);
+ * - each account no more than its fair share of the slots, by the same rule among the accounts
+ *   with attempts in flight: one account's thousand subscriptions share what one other
+ *   account's single subscription may also use;
+ * - suspect subscriptions (the last attempt failed, or the circuit is open:
+ *   src/delivery/circuit.ts) no more than half the slots together, since their attempts are the
+ *   ones that hold a slot until the timeout.
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const { store, concurrency } = options
   const flow = createFlowControl(options.flow)
   let inFlight = 0
-  // Where the next claim's round-robin walk over subscriptions starts.
-  let walkedTo = ''
+  let suspectsInFlight = 0
+  const accountsInFlight = new Map<string, number>()
   let claiming = false
   let wokenWhileClaiming = false
   let stopped = false
@@ -79,25 +89,17 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     try {
       do {
         wokenWhileClaiming = false
-        let emptyWalks = 0
+        let emptyClaims = 0
         while (!stopped && inFlight < concurrency) {
-          const free = concurrency - inFlight
-          const claimed = await store.claim({
-            limit: free,
-            leaseMs: options.leaseMs,
-            allowances: flow.allowances(concurrency),
-            defaultAllowance: flow.newcomerAllowance(concurrency),
-            maxPerHook: options.maxPerHook,
-            after: walkedTo,
-          })
-          walkedTo = claimed.walkedTo
+          const startedAt = performance.now()
+          const claimed = await store.claim(claimOptions(concurrency - inFlight))
+          options.onClaim?.(performance.now() - startedAt)
           for (const delivery of claimed.deliveries) void sendOne(delivery)
-          // Claim again while it got something (the walk goes on from where it ended, to the
-          // subscriptions it did not reach) or stopped short of visiting every subscription; a
-          // long run of subscriptions with no room ends the round, and the next wake or poll
-          // walks on from there.
-          emptyWalks = claimed.deliveries.length > 0 ? 0 : emptyWalks + 1
-          if (claimed.deliveries.length === 0 && (!claimed.more || emptyWalks >= MAX_EMPTY_WALKS)) break
+          // Claim again while it got something; a claim that got nothing ends the round unless it
+          // looked at as many due subscriptions as it may (those had no room and went to the back
+          // of the line: the next ones may have some), a few times at most.
+          emptyClaims = claimed.deliveries.length > 0 ? 0 : emptyClaims + 1
+          if (claimed.deliveries.length === 0 && (claimed.visited < CLAIM_SCAN || emptyClaims >= MAX_EMPTY_CLAIMS)) break
         }
       } while (wokenWhileClaiming && !stopped && inFlight < concurrency)
     } catch (error) {
@@ -108,17 +110,39 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
   }
 
+  const claimOptions = (free: number): ClaimOptions => {
+    const accountShare = (others: number) => fairShare(concurrency, others)
+    const accountAllowances: Record<string, number> = {}
+    for (const [accountId, count] of accountsInFlight) accountAllowances[accountId] = Math.max(0, accountShare(accountsInFlight.size - 1) - count)
+    return {
+      limit: free,
+      leaseMs: options.leaseMs,
+      allowances: flow.allowances(concurrency),
+      defaultAllowance: flow.newcomerAllowance(concurrency),
+      accountAllowances,
+      defaultAccountAllowance: accountShare(accountsInFlight.size),
+      suspectAllowance: Math.max(0, Math.floor(concurrency / 2) - suspectsInFlight),
+      maxPerHook: options.maxPerHook,
+    }
+  }
+
   const sendOne = async (delivery: ClaimedDelivery) => {
     inFlight++
+    if (delivery.suspect) suspectsInFlight++
+    accountsInFlight.set(delivery.accountId, (accountsInFlight.get(delivery.accountId) ?? 0) + 1)
     options.onInFlight?.(inFlight)
     flow.started(delivery.hookId)
     const startedAt = performance.now()
     const result = await options.send(delivery)
     flow.answered(delivery.hookId, startedAt, result)
-    const attempt = { deliveryId: delivery.id, result, decision: decideAfterAttempt(result, delivery.attempts + 1, options.schedule) }
+    const attempt = { deliveryId: delivery.id, hookId: delivery.hookId, result, decision: decideAfterAttempt(result, delivery.attempts + 1, options.schedule) }
     options.onAttempt?.(delivery, attempt)
     finished.push(attempt)
     inFlight--
+    if (delivery.suspect) suspectsInFlight--
+    const left = accountsInFlight.get(delivery.accountId)! - 1
+    if (left === 0) accountsInFlight.delete(delivery.accountId)
+    else accountsInFlight.set(delivery.accountId, left)
     options.onInFlight?.(inFlight)
     flush()
   }

@@ -37,6 +37,12 @@ const SLOW_DECREASE = 0.75
 const CONGESTION_DECREASE = 0.5
 // A subscription with nothing in flight for this long is forgotten: it starts again from the initial window.
 const FORGET_AFTER_MS = 10 * 60_000
+// The claim is told the allowances of subscriptions busy now or within this long: any other one
+// gets the newcomer's allowance for one claim, and its own window again once it has attempts in
+// flight. That keeps what each claim carries to the number of recently busy subscriptions, not
+// every one this process has seen (ten thousand of them cost a claim 160 KB and 0.3 s of
+// JavaScript: docs/performance.md).
+const TOLD_FOR_MS = 5_000
 
 interface Flow {
   window: number
@@ -62,6 +68,9 @@ export function classifyAnswer(result: Pick<AttemptResult, 'ok' | 'status' | 'du
 
 export function createFlowControl(settings: FlowSettings, now: () => number = () => performance.now()) {
   const flows = new Map<string, Flow>()
+  // Subscriptions with attempts in flight in this process, kept as attempts start and end.
+  let busy = 0
+  let forgottenAt = now()
 
   const flowOf = (hookId: string): Flow => {
     let flow = flows.get(hookId)
@@ -85,19 +94,18 @@ export function createFlowControl(settings: FlowSettings, now: () => number = ()
 
   const baselineOf = (flow: Flow) => Math.min(flow.baselineMs, flow.previousBaselineMs)
 
-  /** Subscriptions with attempts in flight in this process. */
-  const busyCount = () => {
-    let count = 0
-    for (const flow of flows.values()) if (flow.inFlight > 0) count++
-    return count
-  }
+  const newcomerAllowance = (concurrency: number) => Math.min(settings.initialWindow, fairShare(concurrency, busy))
 
-  const newcomerAllowance = (concurrency: number) => Math.min(settings.initialWindow, fairShare(concurrency, busyCount()))
+  const allowanceOf = (flow: Flow, concurrency: number) => {
+    const share = fairShare(concurrency, busy - (flow.inFlight > 0 ? 1 : 0))
+    return Math.max(0, Math.min(Math.floor(flow.window), share) - flow.inFlight)
+  }
 
   return {
     /** An attempt of this subscription started. */
     started(hookId: string) {
       const flow = flowOf(hookId)
+      if (flow.inFlight === 0) busy++
       flow.inFlight++
       flow.peakInFlight = Math.max(flow.peakInFlight, flow.inFlight)
       flow.lastActiveAt = now()
@@ -108,6 +116,7 @@ export function createFlowControl(settings: FlowSettings, now: () => number = ()
       const flow = flowOf(hookId)
       const at = now()
       const used = flow.peakInFlight >= flow.window / 2
+      if (flow.inFlight === 1) busy--
       flow.inFlight = Math.max(0, flow.inFlight - 1)
       if (flow.inFlight === 0) flow.peakInFlight = 0
       flow.lastActiveAt = at
@@ -140,21 +149,32 @@ export function createFlowControl(settings: FlowSettings, now: () => number = ()
      */
     allowance(hookId: string, concurrency: number): number {
       const flow = flows.get(hookId)
-      if (!flow) return newcomerAllowance(concurrency)
-      const share = fairShare(concurrency, busyCount() - (flow.inFlight > 0 ? 1 : 0))
-      return Math.max(0, Math.min(Math.floor(flow.window), share) - flow.inFlight)
+      return flow ? allowanceOf(flow, concurrency) : newcomerAllowance(concurrency)
     },
 
     newcomerAllowance,
 
-    /** Every subscription this process keeps a window for, with its allowance (the claim's input). */
+    /** Subscriptions with attempts in flight in this process. */
+    busyCount: () => busy,
+
+    /**
+     * The claim's input: the allowance of each subscription busy now or lately whose allowance is
+     * not the newcomer's (every other subscription gets the newcomer's). Linear in the
+     * subscriptions this process keeps a window for.
+     */
     allowances(concurrency: number): Record<string, number> {
       const at = now()
+      if (at - forgottenAt >= TOLD_FOR_MS) {
+        forgottenAt = at
+        for (const [hookId, flow] of flows) if (flow.inFlight === 0 && at - flow.lastActiveAt > FORGET_AFTER_MS) flows.delete(hookId)
+      }
+      const newcomer = newcomerAllowance(concurrency)
       const out: Record<string, number> = {}
       for (const [hookId, flow] of flows) {
-        if (flow.inFlight === 0 && at - flow.lastActiveAt > FORGET_AFTER_MS) flows.delete(hookId)
+        if (flow.inFlight === 0 && at - flow.lastActiveAt > TOLD_FOR_MS) continue
+        const allowance = allowanceOf(flow, concurrency)
+        if (allowance !== newcomer) out[hookId] = allowance
       }
-      for (const hookId of flows.keys()) out[hookId] = this.allowance(hookId, concurrency)
       return out
     },
 

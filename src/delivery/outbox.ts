@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { newId } from '../lib/ids.ts'
+import { markDue } from './queue.ts'
 import type { EventType } from '../hooks/event-types.ts'
 import type { EventSchema, MessageSchema } from '../messages/schemas.ts'
 
@@ -27,7 +28,8 @@ export function buildEvent(input: { accountId: string; type: EventType; message:
  * for it to resume: the claim takes active subscriptions' only), and selects how many deliveries
  * it made. The change that caused the events, the events and their deliveries are then one
  * statement: they commit together or not at all, so a committed event is never without its
- * deliveries, at the cost of one round trip. Subscriptions made later do not see the event.
+ * deliveries, at the cost of one round trip. The same statement marks their subscriptions due
+ * in the queue's index (src/delivery/queue.ts). Subscriptions made later do not see the event.
  *
  * A delivery id is made here, not in JavaScript, because how many there are is only known in
  * the statement: `dlv_`, the event id's 10 time characters (so deliveries sort by their
@@ -43,6 +45,9 @@ export const storeEventsAndDeliveries: SQL = sql`,
     insert into deliveries (id, event_id, hook_id)
     select 'dlv_' || substr(e.id, 5, 10) || substr(replace(gen_random_uuid()::text, '-', ''), 1, 16), e.id, h.id
     from new_events e join hooks h on h.account_id = e.account_id and h.event = e.type and h.status in ('active', 'paused')
-    returning 1
+    returning hook_id
+  ),
+  queued as (
+    ${markDue(sql`select n.hook_id from new_deliveries n join hooks h on h.id = n.hook_id and h.status = 'active'`)}
   )
   select (select count(*) from new_deliveries)::int as delivery_count`

@@ -1,4 +1,6 @@
-import { sql } from 'drizzle-orm'
+import { sql, type SQL } from 'drizzle-orm'
+import { breakerFailure, CIRCUIT_OPENS_AFTER, nextProbeAt, PROBE_INTERVAL_MIN_S } from './circuit.ts'
+import { markHooksDue } from './queue.ts'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { newId } from '../lib/ids.ts'
 import { MAX_RETRY_AFTER_MS, type DeliveryDecision } from './policy.ts'
@@ -9,6 +11,7 @@ export interface ClaimedDelivery {
   id: string
   eventId: string
   hookId: string
+  accountId: string
   /** Attempts made before this one. */
   attempts: number
   payload: string
@@ -16,35 +19,42 @@ export interface ClaimedDelivery {
   secretCiphertext: string
   /** The secret a rotation replaced, while it is still honoured (24 h): the attempt is signed with both. */
   previousSecretCiphertext: string | null
+  /** Its subscription's last attempt failed, or its circuit is open (src/delivery/circuit.ts). */
+  suspect: boolean
+  /** The one attempt an open circuit lets through. */
+  probe: boolean
 }
 
 export interface ClaimOptions {
   limit: number
   leaseMs: number
-  /** Attempts each subscription may start in this claim, for those the caller keeps a window for (src/delivery/flow-control.ts). */
+  /** Attempts each of these subscriptions may start in this claim (src/delivery/flow-control.ts); 0 or less: none. */
   allowances: Record<string, number>
   /** Attempts any other subscription may start in this claim. */
   defaultAllowance: number
+  /** Attempts each of these accounts may start in this claim, all its subscriptions together. */
+  accountAllowances: Record<string, number>
+  /** Attempts any other account may start in this claim. */
+  defaultAccountAllowance: number
+  /** Attempts suspect subscriptions (last attempt failed, or circuit open) may start in this claim, all together. */
+  suspectAllowance: number
   /** Deliveries of one subscription in flight at once, across every sender on the database (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION). */
   maxPerHook: number
-  /** Where the round-robin walk over subscriptions starts: after the hook id the previous claim ended at ('' for the beginning). */
-  after: string
 }
 
 export interface ClaimResult {
   deliveries: ClaimedDelivery[]
-  /** The hook id this claim's walk ended at: the next claim's `after`. */
-  walkedTo: string
-  /** The walk stopped at its bound with subscriptions left unvisited: claiming again may find more. */
-  more: boolean
+  /** Due subscriptions the claim looked at: when it is CLAIM_SCAN, more may be due. */
+  visited: number
 }
 
-/** Subscriptions one claim looks at, at most: a claim costs a few index probes per subscription visited. */
-export const HOOKS_PER_CLAIM = 64
+/** Due subscriptions one claim looks at, at most. */
+export const CLAIM_SCAN = 128
 
 /** What one attempt did, ready to be stored. */
 export interface RecordedAttempt {
   deliveryId: string
+  hookId: string
   result: AttemptResult
   decision: DeliveryDecision
 }
@@ -58,79 +68,92 @@ export const CONTINUOUS_FAILURE_DISABLES_AFTER_MS = 5 * 24 * 3_600_000
 // Any constant works as long as nothing else in the database takes this advisory lock.
 const CLAIM_LOCK = 7_200_011
 
+const jsonArray = (values: readonly string[]) => sql`(select value from jsonb_array_elements_text(${JSON.stringify(values)}::jsonb))`
+
 /**
- * Leases up to `limit` due deliveries of active subscriptions. One short transaction; the HTTP
- * calls happen after it. Per subscription it takes no more than the smallest of: the caller's
- * allowance (its adaptive window and fair share), what the cross-process maximum leaves, and
- * what the subscription's rate limit leaves of this second; a subscription a receiver asked to
- * wait (Retry-After) gets nothing until then.
+ * Leases up to `limit` due deliveries of active subscriptions. One short transaction of two
+ * statements; the HTTP calls happen after it.
  *
- * Round-robin, not first-come. The claim walks the subscriptions that have pending deliveries
- * in hook-id order, starting after where the previous claim ended (`after`) and wrapping
- * around, one index probe per subscription (a loose index scan of deliveries_pending_idx),
- * at most HOOKS_PER_CLAIM of them. For each subscription with room it reads the head of its own
- * queue, so a backlog of thousands for one subscription costs the others nothing, and a
- * subscription without room costs one probe. The rows found are then ranked by what their
+ * The first statement takes the subscriptions that are due from the queue's index
+ * (src/delivery/queue.ts), oldest due_at first, at most CLAIM_SCAN of them, skipping those the
+ * caller has no room for (their allowance, their account's, the suspects' share) and rows
+ * another claim holds. Per subscription it takes no more than the smallest of: the caller's
+ * allowance (its adaptive window and fair share), what the cross-process maximum leaves, what
+ * the rate limit leaves of this second, and one for an open circuit whose probe time has come
+ * (none before, or while its probe is in flight); a subscription a receiver asked to wait
+ * (Retry-After) gets nothing until then. It reads the head of each one's own pending queue, so
+ * a backlog of thousands costs the others nothing. The rows found are ranked by what their
  * subscription already has in flight plus their place in its line, so the least-served
- * subscription is served first.
+ * subscription is served first, then cut to each account's allowance and the suspects' share.
  *
- * Rows are locked `FOR UPDATE SKIP LOCKED`, so senders never wait on each other's rows and a
- * row is never leased twice. Claims also take a transaction-scoped advisory lock: a claim takes
- * about a millisecond, and running them one at a time means each one counts the leases every
- * earlier claim committed, which is what makes the cross-process bounds exact. A lease that
- * runs out (its sender died) makes the row due again.
+ * The second statement, reading the deliveries afresh, moves every subscription it looked at
+ * to when it is next due: now if it still has deliveries due (to the back of the line: round
+ * robin), else its first retry, its lease's end, its Retry-After, its next probe, or the next
+ * second of its rate limit, whichever is latest; null when it has nothing pending or is not
+ * active (resuming marks it due again).
+ *
+ * Rows are locked `FOR UPDATE SKIP LOCKED`, so claims never wait on each other's rows and a
+ * delivery is never leased twice. On PostgreSQL claims also take a transaction-scoped advisory
+ * lock: running them one at a time means each counts the leases every earlier one committed,
+ * which keeps the cross-process bounds exact. A lease that runs out (its sender died) makes the
+ * row due again, and the subscription's due_at is never later than that lease's end.
  */
 export async function claimDueDeliveries(db: Database, options: ClaimOptions, sender: { sole: boolean } = { sole: false }): Promise<ClaimResult> {
   type Row = {
     id: string | null
     event_id: string
     hook_id: string
+    account_id: string
     attempts: number
     payload: string
     target_url: string
     secret_ciphertext: string
     previous_secret_ciphertext: string | null
-    walked_to: string | null
-    visited: number
+    suspect: boolean
+    probe: boolean
+    visited: string
   }
-  const statement = sql`with recursive walk(hook_id, lap, step) as (
-            select (select d.hook_id from deliveries d where d.status = 'pending' and d.hook_id > ${options.after} order by d.hook_id limit 1), 0, 1
-            union all
-            select (select d.hook_id from deliveries d where d.status = 'pending' and d.hook_id > coalesce(w.hook_id, '') order by d.hook_id limit 1),
-                   case when w.hook_id is null then 1 else w.lap end,
-                   w.step + 1
-            from walk w
-            where w.step < ${HOOKS_PER_CLAIM} + 1
-              and (w.hook_id is not null or w.lap = 0)
-              and not (w.lap = 1 and w.hook_id >= ${options.after})
-          ),
-          visited as (
-            select hook_id, min(step) as step from walk
-            where hook_id is not null and (lap = 0 or hook_id <= ${options.after}) and step <= ${HOOKS_PER_CLAIM}
-            group by hook_id
-          ),
+  const claim = sql`with
           allowance as (
             select key as hook_id, value::int as n from jsonb_each_text(${JSON.stringify(options.allowances)}::jsonb)
           ),
+          account_allowance as (
+            select key as account_id, value::int as n from jsonb_each_text(${JSON.stringify(options.accountAllowances)}::jsonb)
+          ),
+          due as (
+            select q.hook_id, q.due_at from hook_queues q
+            join hooks h on h.id = q.hook_id
+            where q.due_at <= now()
+              and coalesce((select a.n from allowance a where a.hook_id = q.hook_id), ${options.defaultAllowance}) > 0
+              and coalesce((select a.n from account_allowance a where a.account_id = h.account_id), ${options.defaultAccountAllowance}) > 0
+              and (${options.suspectAllowance} > 0 or (h.consecutive_failures = 0 and h.circuit_opened_at is null))
+            order by q.due_at
+            limit ${CLAIM_SCAN}
+            for update of q skip locked
+          ),
           in_flight as (
             select hook_id, count(*)::int as n from deliveries
-            where leased_until >= now() and hook_id in (select hook_id from visited)
+            where leased_until >= now() and hook_id in (select hook_id from due)
             group by hook_id
           ),
           rooms as (
-            select v.hook_id, v.step, coalesce(f.n, 0) as held,
-                   least(coalesce(a.n, ${options.defaultAllowance}),
+            select d.hook_id, d.due_at, h.account_id, coalesce(f.n, 0) as held,
+                   (h.consecutive_failures > 0 or h.circuit_opened_at is not null) as suspect,
+                   h.circuit_opened_at is not null as probe,
+                   case when h.circuit_opened_at is not null and (h.circuit_probe_at > now() or coalesce(f.n, 0) > 0) then 0
+                   else least(coalesce(a.n, ${options.defaultAllowance}),
                          ${options.maxPerHook} - coalesce(f.n, 0),
+                         case when h.circuit_opened_at is not null then 1 else ${options.maxPerHook} end,
                          case when h.rate_limit_per_s is null then ${options.maxPerHook}
                               when h.rate_window_started_at = date_trunc('second', now()) then h.rate_limit_per_s - h.rate_window_count
-                              else h.rate_limit_per_s end) as room
-            from visited v
-            join hooks h on h.id = v.hook_id and h.status = 'active' and (h.throttled_until is null or h.throttled_until <= now())
-            left join in_flight f on f.hook_id = v.hook_id
-            left join allowance a on a.hook_id = v.hook_id
+                              else h.rate_limit_per_s end) end as room
+            from due d
+            join hooks h on h.id = d.hook_id and h.status = 'active' and (h.throttled_until is null or h.throttled_until <= now())
+            left join in_flight f on f.hook_id = d.hook_id
+            left join allowance a on a.hook_id = d.hook_id
           ),
           candidates as (
-            select c.id, r.hook_id, r.step, r.held,
+            select c.id, r.hook_id, r.account_id, r.due_at, r.held, r.suspect, r.probe,
                    row_number() over (partition by r.hook_id order by c.next_attempt_at, c.id) as place
             from rooms r
             cross join lateral (
@@ -143,9 +166,17 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             ) c
             where r.room > 0
           ),
+          ranked as (
+            select c.*,
+                   row_number() over (partition by c.account_id order by c.held + c.place, c.due_at, c.id) as account_place,
+                   coalesce((select a.n from account_allowance a where a.account_id = c.account_id), ${options.defaultAccountAllowance}) as account_room,
+                   count(*) filter (where c.suspect) over (order by c.held + c.place, c.due_at, c.id) as suspect_place
+            from candidates c
+          ),
           picked as (
-            select id, hook_id from candidates
-            order by held + place, step
+            select id, hook_id, suspect, probe from ranked
+            where account_place <= account_room and (not suspect or suspect_place <= ${options.suspectAllowance})
+            order by held + place, due_at, id
             limit ${options.limit}
           ),
           rate_counted as (
@@ -155,26 +186,35 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             from (select hook_id, count(*)::int as n from picked group by hook_id) p
             where h.id = p.hook_id and h.rate_limit_per_s is not null
           ),
+          probing as (
+            update hooks h set circuit_probe_at = ${nextProbeAt(sql`h.circuit_opened_at`)}
+            from (select distinct hook_id from picked where probe) p
+            where h.id = p.hook_id
+          ),
           leased as (
             update deliveries d set leased_until = now() + make_interval(secs => ${options.leaseMs / 1000})
             from picked, events e, hooks h
             where d.id = picked.id and e.id = d.event_id and h.id = d.hook_id
-            returning d.id, d.event_id, d.hook_id, d.attempts, e.payload, h.target_url, h.secret_ciphertext,
-                      case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext
-          ),
-          walked as (
-            select (select hook_id from visited order by step desc limit 1) as walked_to, (select count(*)::int from visited) as visited
+            returning d.id, d.event_id, d.hook_id, h.account_id, d.attempts, e.payload, h.target_url, h.secret_ciphertext,
+                      case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext,
+                      picked.suspect, picked.probe
           )
-          select l.*, w.walked_to, w.visited from walked w left join leased l on true`
-  // PGlite is one connection in one process (the data-dir lock): nothing else claims, so one
-  // statement needs no lock and no transaction around it (on PGlite each statement costs ~0.4 ms).
-  const rows = sender.sole
-    ? await queryRows<Row>(db, statement)
+          select l.*, v.visited from (select coalesce(json_agg(hook_id), '[]')::text as visited from due) v left join leased l on true`
+  const run = async (tx: Database) => {
+    const rows = await queryRows<Row>(tx, claim)
+    const visited = JSON.parse(rows[0]?.visited ?? '[]') as string[]
+    if (visited.length > 0) await tx.execute(rescheduleHooks(visited))
+    return { rows, visited }
+  }
+  // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the two
+  // statements need no lock and no transaction around them (on PGlite each statement costs ~0.4 ms);
+  // a writer between them only moves a due_at earlier, and the second statement reads afresh.
+  const { rows, visited } = sender.sole
+    ? await run(db)
     : await db.transaction(async (tx) => {
         await tx.execute(sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`)
-        return queryRows<Row>(tx as unknown as Database, statement)
+        return run(tx as unknown as Database)
       })
-  const [first] = rows
   return {
     deliveries: rows
       .filter((row) => row.id !== null)
@@ -182,24 +222,52 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
         id: row.id!,
         eventId: row.event_id,
         hookId: row.hook_id,
+        accountId: row.account_id,
         attempts: Number(row.attempts),
         payload: row.payload,
         targetUrl: row.target_url,
         secretCiphertext: row.secret_ciphertext,
         previousSecretCiphertext: row.previous_secret_ciphertext,
+        suspect: row.suspect === true,
+        probe: row.probe === true,
       })),
-    walkedTo: first?.walked_to ?? '',
-    more: Number(first?.visited ?? 0) >= HOOKS_PER_CLAIM,
+    visited: visited.length,
   }
+}
+
+/** SQL: each of these subscriptions' next due_at, from its deliveries and state as they are now (see claimDueDeliveries). */
+function rescheduleHooks(hookIds: readonly string[]): SQL {
+  return sql`update hook_queues q set due_at = case
+      when h.status <> 'active' or (n.first_due is null and n.lease_ends is null) then null
+      else greatest(now(), least(n.first_due, n.lease_ends), h.throttled_until,
+        case when h.circuit_opened_at is not null then h.circuit_probe_at end,
+        case when h.rate_limit_per_s is not null and h.rate_window_started_at = date_trunc('second', now())
+               and h.rate_window_count >= h.rate_limit_per_s then date_trunc('second', now()) + interval '1 second' end)
+      end
+    from hooks h
+    cross join lateral (select
+      (select d.next_attempt_at from deliveries d
+        where d.hook_id = h.id and d.status = 'pending' and (d.leased_until is null or d.leased_until < now())
+        order by d.next_attempt_at limit 1) as first_due,
+      (select min(d.leased_until) from deliveries d where d.hook_id = h.id and d.leased_until >= now() and d.status = 'pending') as lease_ends
+    ) n
+    where q.hook_id = h.id and q.hook_id in ${jsonArray(hookIds)}`
 }
 
 /**
  * Stores a batch of attempts in one statement: each attempt's log row, its delivery's next
  * state, and what the batch means for each subscription (a success resets its failure clock, a
- * 410 or five days of failures disable it, a 429 or 503 with Retry-After pauses it that long);
- * a subscription it disabled has its pending deliveries canceled by a second statement. A
- * delivery deleted meanwhile (its subscription was deleted) is skipped. One statement per batch rather than per attempt keeps the database off
- * the critical path when hundreds of attempts finish each second.
+ * 410 or five days of failures disable it, a 429 or 503 with Retry-After pauses it that long,
+ * and its circuit breaker counts, opens or closes: src/delivery/circuit.ts); a subscription it
+ * disabled has its pending deliveries canceled by a second statement. A delivery deleted
+ * meanwhile (its subscription was deleted) is skipped. One statement per batch rather than per
+ * attempt keeps the database off the critical path when hundreds of attempts finish each second.
+ *
+ * Then the batch's subscriptions are marked due (src/delivery/queue.ts): a finished attempt frees
+ * a slot, and a retry may be their next work. That is a statement of its own, after the first
+ * committed: the claim locks a queue row before its subscription's row and this one would lock
+ * them the other way round. If the process dies between the two, the subscription's due_at is
+ * still no later than the lease of the attempt that ended, so nothing waits longer than that.
  */
 export async function recordDeliveryAttempts(db: Database, attempts: readonly RecordedAttempt[]): Promise<void> {
   if (attempts.length === 0) return
@@ -242,6 +310,8 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
              bool_or(i.outcome = 'delivered') as succeeded,
              max(i.disable_reason) as disable_reason,
              max(i.throttle_ms) as throttle_ms,
+             bool_or(not ${breakerFailure(sql`i.status_code`)}) as answered,
+             count(*) filter (where ${breakerFailure(sql`i.status_code`)})::int as failures,
              min(before.status) as status_before
       from input i join moved m on m.id = i.delivery_id join hooks before on before.id = m.hook_id
       group by m.hook_id
@@ -251,6 +321,16 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
       throttled_until = case when p.throttle_ms is null then h.throttled_until
         else greatest(h.throttled_until, now() + make_interval(secs => p.throttle_ms / 1000)) end,
       failing_since = case when p.succeeded then null else coalesce(h.failing_since, now()) end,
+      consecutive_failures = case when p.answered then 0 else h.consecutive_failures + p.failures end,
+      circuit_opened_at = case
+        when p.answered then null
+        when h.circuit_opened_at is null and h.consecutive_failures + p.failures >= ${CIRCUIT_OPENS_AFTER} then now()
+        else h.circuit_opened_at end,
+      circuit_probe_at = case
+        when p.answered then null
+        when h.circuit_opened_at is null and h.consecutive_failures + p.failures >= ${CIRCUIT_OPENS_AFTER} then now() + make_interval(secs => ${PROBE_INTERVAL_MIN_S})
+        when h.circuit_opened_at is not null then greatest(h.circuit_probe_at, ${nextProbeAt(sql`h.circuit_opened_at`)})
+        else h.circuit_probe_at end,
       status = case
         when h.status <> 'active' then h.status
         when p.disable_reason is not null then 'disabled'
@@ -265,6 +345,8 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
     where h.id = p.hook_id
       -- Only rows that change: rewriting each subscription row for every batch would bloat hooks.
       and (p.throttle_ms is not null
+        or p.failures > 0
+        or (p.answered and (h.consecutive_failures > 0 or h.circuit_opened_at is not null))
         or (p.succeeded and h.failing_since is not null)
         or (not p.succeeded and h.failing_since is null)
         or (h.status = 'active' and (p.disable_reason is not null
@@ -273,6 +355,7 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
     )
     select id from changed where status = 'disabled' and status_before <> 'disabled'`)
   if (disabled.length > 0) await cancelPendingDeliveries(db, disabled.map((row) => row.id))
+  await markHooksDue(db, [...new Set(attempts.map((attempt) => attempt.hookId))])
 }
 
 /**

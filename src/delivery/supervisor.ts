@@ -46,7 +46,7 @@ export type FromWorker =
   /** The attempts' log lines, several to a message: one postMessage per attempt would cost more than the line. */
   | { type: 'attempts'; lines: LogFields[] }
   /** Attempts ended since the last report by outcome (OUTCOMES order) and sends in flight now: at most one message per 50 ms. */
-  | { type: 'metrics'; outcomes: OutcomeCounts; inFlight: number }
+  | { type: 'metrics'; outcomes: OutcomeCounts; inFlight: number; claimSeconds: number[] }
   | { type: 'stopped' }
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -119,7 +119,7 @@ export function startDeliveryWorker(options: {
       if (message.type === 'call') void answer(message)
       else if (message.type === 'log') logger[message.level](message.message, message.fields)
       else if (message.type === 'attempts') for (const fields of message.lines) logger.info('delivery attempt', fields)
-      else if (message.type === 'metrics') options.metrics?.attempts(message.outcomes, message.inFlight)
+      else if (message.type === 'metrics') options.metrics?.attempts(message.outcomes, message.inFlight, message.claimSeconds)
       else if (message.type === 'stopped') stopped?.()
     })
     worker.addEventListener('error', (event) => logger.error('the delivery worker failed', { error: event.message }))

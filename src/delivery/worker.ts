@@ -118,12 +118,14 @@ async function start(settings: WorkerSettings) {
   }
   // Counts for the metrics, posted like the lines: at most one message per 50 ms.
   const outcomes: OutcomeCounts = [0, 0, 0, 0]
+  let claimSeconds: number[] = []
   let inFlight = 0
   let countsTimer: ReturnType<typeof setTimeout> | undefined
   const flushCounts = () => {
     countsTimer = undefined
-    post({ type: 'metrics', outcomes: [...outcomes], inFlight })
+    post({ type: 'metrics', outcomes: [...outcomes], inFlight, claimSeconds })
     outcomes.fill(0)
+    claimSeconds = []
   }
   flushAttemptLogs = () => {
     flushAttemptLines()
@@ -144,6 +146,10 @@ async function start(settings: WorkerSettings) {
       inFlight = now
       countsTimer ??= setTimeout(flushCounts, 50)
     },
+    onClaim(durationMs) {
+      claimSeconds.push(durationMs / 1000)
+      countsTimer ??= setTimeout(flushCounts, 50)
+    },
     onAttempt: (delivery, { result, decision }) => {
       outcomes[OUTCOME_INDEX[decision.kind]]! += 1
       countsTimer ??= setTimeout(flushCounts, 50)
@@ -157,6 +163,8 @@ async function start(settings: WorkerSettings) {
           ...(result.error ? { error: result.error } : {}),
           duration_ms: result.durationMs,
           outcome: decision.kind,
+          // The one attempt an open circuit let through (src/delivery/circuit.ts).
+          ...(delivery.probe ? { circuit: 'probe' } : {}),
         })
         if (attemptLines.length >= 500) flushAttemptLines()
         else attemptTimer ??= setTimeout(flushAttemptLines, 50)

@@ -6,6 +6,7 @@ import { isId, lowestIdAt, newId } from '../lib/ids.ts'
 import type { Logger } from '../lib/logger.ts'
 import { readPage, type Page } from '../lib/pagination.ts'
 import type { SecretBox } from '../lib/secret-box.ts'
+import { markDue } from '../delivery/queue.ts'
 import { sendWebhook, type SendOptions } from '../delivery/send.ts'
 import { exampleEvent } from './event-catalog.ts'
 import type { EventType } from './event-types.ts'
@@ -152,7 +153,10 @@ function requireActive(hookId: string, status: string): void {
 export async function retryDelivery(deps: Pick<DeliveryOperationDeps, 'db' | 'deliveriesQueued'>, accountId: string, deliveryId: string, hookId?: string): Promise<DeliveryResource> {
   const found = await findDelivery(deps.db, accountId, deliveryId, hookId)
   requireActive(found.hook_id, found.hook_status)
-  await deps.db.execute(sql`update deliveries set status = 'pending', next_attempt_at = now() where id = ${found.id}`)
+  await deps.db.execute(sql`with requeued as (
+      update deliveries set status = 'pending', next_attempt_at = now() where id = ${found.id} returning hook_id
+    )
+    ${markDue(sql`select hook_id from requeued`)}`)
   deps.deliveriesQueued()
   return toDeliveryResource({ ...found, status: 'pending', next_attempt_at: new Date() })
 }
@@ -172,11 +176,17 @@ export async function recoverDeliveries(deps: Pick<DeliveryOperationDeps, 'db' |
   const lowestId = lowestIdAt('dlv', Math.max(0, since.getTime() - ID_SLACK_MS))
   const requeued = await queryRows<{ id: string }>(
     deps.db,
-    sql`update deliveries d set status = 'pending', next_attempt_at = now()
-        from events e
-        where d.hook_id = ${hook.id} and d.id >= ${lowestId} and d.created_at >= ${since.toISOString()}
-          and d.status in ('failed', 'canceled') and e.id = d.event_id and not e.test
-        returning d.id`,
+    sql`with requeued as (
+          update deliveries d set status = 'pending', next_attempt_at = now()
+          from events e
+          where d.hook_id = ${hook.id} and d.id >= ${lowestId} and d.created_at >= ${since.toISOString()}
+            and d.status in ('failed', 'canceled') and e.id = d.event_id and not e.test
+          returning d.id, d.hook_id
+        ),
+        queued as (
+          ${markDue(sql`select hook_id from requeued`)}
+        )
+        select id from requeued`,
   )
   if (requeued.length > 0) deps.deliveriesQueued()
   return requeued.length

@@ -4,6 +4,19 @@ import { AccountParams } from '../accounts/schemas.ts'
 import { ApiKeyParam, PageParams } from '../lib/pagination.ts'
 import { EVENT_TYPES } from './event-types.ts'
 
+export const CircuitSchema = t.Object(
+  {
+    state: t.UnionEnum(['closed', 'open', 'half_open'], {
+      description:
+        '`closed`: deliveries go out as they fall due. `open`: the receiver kept failing; deliveries wait (pending, on their retry schedule) and one goes out as a probe at `next_probe_at`. `half_open`: the probe is due now; its success closes the circuit.',
+    }),
+    consecutive_failures: Type.Integer({ minimum: 0, description: 'Failed attempts in a row (no answer, 5xx, 429) since the last answer.' }),
+    opened_at: t.Union([t.String({ format: 'date-time' }), t.Null()]),
+    next_probe_at: t.Union([t.String({ format: 'date-time' }), t.Null()]),
+  },
+  { title: 'Circuit', description: 'The circuit breaker of this subscription: docs/webhooks.md#when-an-endpoint-keeps-failing.' },
+)
+
 export const HookSchema = t.Object(
   {
     id: t.String({ examples: ['hook_01jd3m9x2qk7r5v8w4y6z0abcd'] }),
@@ -15,6 +28,7 @@ export const HookSchema = t.Object(
     }),
     disabled_reason: t.Optional(t.String()),
     rate_limit_per_s: t.Union([Type.Integer(), t.Null()], { description: 'At most this many delivery attempts start in each second; null: no limit.' }),
+    circuit: CircuitSchema,
     created_at: t.String({ format: 'date-time' }),
   },
   { title: 'Hook' },

@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import { and, count, desc, eq, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
+import { circuitState } from '../delivery/circuit.ts'
+import { markDue } from '../delivery/queue.ts'
 import type { Database } from '../lib/db/client.ts'
 import { accounts, hooks } from '../lib/db/schema.ts'
 import { ApiError, notFound, validationFailed } from '../lib/errors.ts'
@@ -33,6 +35,12 @@ export function toHookResource(hook: Hook): HookResource {
     status: hook.status as HookResource['status'],
     ...(hook.disabledReason ? { disabled_reason: hook.disabledReason } : {}),
     rate_limit_per_s: hook.rateLimitPerS,
+    circuit: {
+      state: circuitState(hook),
+      consecutive_failures: hook.consecutiveFailures,
+      opened_at: hook.circuitOpenedAt?.toISOString() ?? null,
+      next_probe_at: hook.circuitProbeAt?.toISOString() ?? null,
+    },
     created_at: hook.createdAt.toISOString(),
   }
 }
@@ -149,14 +157,20 @@ const noSuchHook = (hookId: string) => notFound(`No subscription ${hookId} on th
 
 export async function getHook(db: Database, accountId: string, hookId: string): Promise<Hook> {
   if (!isId('hook', hookId)) throw noSuchHook(hookId)
-  const [hook] = await db.select().from(hooks).where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
+  const [hook] = await db
+    .select()
+    .from(hooks)
+    .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
   if (!hook) throw noSuchHook(hookId)
   return hook
 }
 
 export async function deleteHook(db: Database, accountId: string, hookId: string): Promise<void> {
   if (!isId('hook', hookId)) throw noSuchHook(hookId)
-  const deleted = await db.delete(hooks).where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId))).returning({ id: hooks.id })
+  const deleted = await db
+    .delete(hooks)
+    .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
+    .returning({ id: hooks.id })
   if (deleted.length === 0) throw noSuchHook(hookId)
 }
 
@@ -194,18 +208,42 @@ export async function rotateHookSecret(deps: Pick<HookDeps, 'db' | 'secretBox'>,
  */
 export async function enableHook(db: Database, accountId: string, hookId: string): Promise<Hook> {
   if (!isId('hook', hookId)) throw noSuchHook(hookId)
-  const [hook] = await db
-    .update(hooks)
-    .set({
-      status: 'active',
-      disabledReason: null,
-      // The row's status before this update: only a disabled hook's clock restarts.
-      failingSince: sql`case when ${hooks.status} = 'active' then ${hooks.failingSince} end`,
-    })
-    .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
-    .returning()
+  const hook = await db.transaction(async (tx) => {
+    await markOwnHookDue(tx as unknown as Database, accountId, hookId)
+    const [updated] = await tx
+      .update(hooks)
+      .set({
+        status: 'active',
+        disabledReason: null,
+        // The row's status before this update: only a disabled hook's clock restarts, and its circuit closes.
+        failingSince: sql`case when ${hooks.status} = 'active' then ${hooks.failingSince} end`,
+        ...closedCircuitUnlessActive,
+      })
+      .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
+      .returning()
+    return updated
+  })
   if (!hook) throw noSuchHook(hookId)
   return hook
+}
+
+/** A subscription made active again starts with a closed circuit (src/delivery/circuit.ts); an active one keeps its own. */
+const closedCircuitUnlessActive = {
+  consecutiveFailures: sql`case when ${hooks.status} = 'active' then ${hooks.consecutiveFailures} else 0 end`,
+  circuitOpenedAt: sql`case when ${hooks.status} = 'active' then ${hooks.circuitOpenedAt} end`,
+  circuitProbeAt: sql`case when ${hooks.status} = 'active' then ${hooks.circuitProbeAt} end`,
+}
+
+/** A new target is a new receiver: its circuit starts closed. */
+const closedCircuit = { consecutiveFailures: 0, circuitOpenedAt: null, circuitProbeAt: null }
+
+/**
+ * Whatever a change to a subscription does to its queue (resumed, re-enabled, a new target or
+ * rate limit), the claim works it out when the subscription is next looked at: mark it due now.
+ * First in the transaction, as the claim takes the queue row before the subscription's row.
+ */
+async function markOwnHookDue(db: Database, accountId: string, hookId: string): Promise<void> {
+  await db.execute(markDue(sql`select id from hooks where id = ${hookId} and account_id = ${accountId}`))
 }
 
 /**
@@ -223,22 +261,27 @@ export async function updateHook(
   if (!isId('hook', hookId)) throw noSuchHook(hookId)
   const targetUrl = input.target_url === undefined ? undefined : checkTargetUrl(input.target_url, deps)
   try {
-    const [hook] = await deps.db
-      .update(hooks)
-      .set({
-        ...(targetUrl === undefined ? {} : { targetUrl }),
-        ...(input.rate_limit_per_s === undefined ? {} : { rateLimitPerS: input.rate_limit_per_s }),
-        ...(input.status === undefined
-          ? {}
-          : {
-              status: input.status,
-              disabledReason: null,
-              // The row's status before this update: a subscription that was not active starts a new failure clock.
-              failingSince: sql`case when ${hooks.status} = 'active' then ${hooks.failingSince} end`,
-            }),
-      })
-      .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
-      .returning()
+    const hook = await deps.db.transaction(async (tx) => {
+      await markOwnHookDue(tx as unknown as Database, accountId, hookId)
+      const [updated] = await tx
+        .update(hooks)
+        .set({
+          ...(targetUrl === undefined ? {} : { targetUrl, ...closedCircuit }),
+          ...(input.rate_limit_per_s === undefined ? {} : { rateLimitPerS: input.rate_limit_per_s }),
+          ...(input.status === undefined
+            ? {}
+            : {
+                status: input.status,
+                disabledReason: null,
+                // The row's status before this update: a subscription that was not active starts a new failure clock.
+                failingSince: sql`case when ${hooks.status} = 'active' then ${hooks.failingSince} end`,
+                ...(targetUrl === undefined && input.status === 'active' ? closedCircuitUnlessActive : {}),
+              }),
+        })
+        .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
+        .returning()
+      return updated
+    })
     if (!hook) throw noSuchHook(hookId)
     return hook
   } catch (error) {

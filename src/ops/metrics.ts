@@ -1,4 +1,4 @@
-import { Counter, Gauge, Registry, collectDefaultMetrics, type Metric } from 'prom-client'
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type Metric } from 'prom-client'
 import { Memoirist } from 'memoirist'
 import { sql } from 'drizzle-orm'
 import { queryRows, type DatabaseHandle } from '../lib/db/client.ts'
@@ -160,8 +160,8 @@ function createHttpMetrics(routes: readonly { method: string; path: string }[]) 
 
 /** What the delivery supervisor reports (src/delivery/supervisor.ts). */
 export interface DeliveryMetrics {
-  /** From the worker thread, in batches: attempts ended since the last report, and its sends in flight now. */
-  attempts(outcomes: OutcomeCounts, inFlight: number): void
+  /** From the worker thread, in batches: attempts ended since the last report, its sends in flight now, and how long each claim since took. */
+  attempts(outcomes: OutcomeCounts, inFlight: number, claimSeconds?: readonly number[]): void
   /** The worker thread ended without being asked to and is started again. */
   workerRestarted(): void
 }
@@ -204,6 +204,18 @@ export function createMetrics(options: {
   const restarts = new Counter({ name: 'messaging_webhook_worker_restarts_total', help: 'Times the delivery worker thread ended unasked and was started again.', registers: [registry] })
   const pending = new Gauge({ name: 'messaging_webhook_deliveries_pending', help: 'Deliveries not yet delivered, failed or canceled (every process; read from the database at scrape).', registers: [registry] })
   const oldest = new Gauge({ name: 'messaging_webhook_oldest_pending_age_seconds', help: 'Age of the oldest pending delivery, 0 when none (read from the database at scrape).', registers: [registry] })
+  const claims = new Histogram({
+    name: 'messaging_webhook_claim_duration_seconds',
+    help: "How long each of this process's claims of due deliveries took (src/delivery/store.ts), its database round trips included.",
+    buckets: [...DURATION_BUCKETS],
+    registers: [registry],
+  })
+  const openCircuits = new Gauge({ name: 'messaging_webhook_open_circuits', help: 'Subscriptions whose circuit breaker is open (every process; read from the database at scrape).', registers: [registry] })
+  const waitingBehindCircuits = new Gauge({
+    name: 'messaging_webhook_deliveries_behind_open_circuits',
+    help: 'Pending deliveries of subscriptions whose circuit breaker is open (every process; read from the database at scrape).',
+    registers: [registry],
+  })
   const queryErrors = new Counter({ name: 'messaging_metrics_query_errors_total', help: 'Scrapes whose database queries failed or took longer than 1 s (their gauges keep the previous values).', registers: [registry] })
   const poolMax = handle.kind === 'postgres' ? new Gauge({ name: 'messaging_db_pool_max_connections', help: "Connections each of this process's PostgreSQL pools may open.", labelNames: ['pool'], registers: [registry] }) : undefined
   for (const [pool, max] of Object.entries(options.pools ?? {})) poolMax?.set({ pool }, max)
@@ -219,6 +231,14 @@ export function createMetrics(options: {
     )
     pending.set(Number(queue?.pending ?? 0))
     oldest.set(Math.max(0, Number(queue?.oldest ?? 0)))
+    const [circuits] = await queryRows<{ open: number | string; waiting: number | string }>(
+      handle.db,
+      sql`select count(*)::int as open,
+                 coalesce(sum((select count(*) from deliveries d where d.hook_id = h.id and d.status = 'pending')), 0)::int as waiting
+          from hooks h where h.circuit_opened_at is not null`,
+    )
+    openCircuits.set(Number(circuits?.open ?? 0))
+    waitingBehindCircuits.set(Number(circuits?.waiting ?? 0))
     if (connections) {
       const rows = await queryRows<{ state: string | null; n: number | string }>(
         handle.db,
@@ -233,9 +253,10 @@ export function createMetrics(options: {
   return {
     http,
     delivery: {
-      attempts(counts, now) {
+      attempts(counts, now, claimSeconds = []) {
         for (let index = 0; index < OUTCOMES.length; index++) if (counts[index]) attempts.inc({ outcome: OUTCOMES[index]! }, counts[index])
         inFlight.set(now)
+        for (const seconds of claimSeconds) claims.observe(seconds)
       },
       workerRestarted() {
         restarts.inc()

@@ -7,11 +7,14 @@ const delivery = (id: number, hookId = 'hook_1'): ClaimedDelivery => ({
   id: `dlv_${id}`,
   eventId: `evt_${id}`,
   hookId,
+  accountId: `acc_${hookId}`,
   attempts: 0,
   payload: '{}',
   targetUrl: 'https://example.com/',
   secretCiphertext: 'sealed',
   previousSecretCiphertext: null,
+  suspect: false,
+  probe: false,
 })
 const ok: AttemptResult = { ok: true, status: 200, durationMs: 1, error: null, responseSnippet: '', retryAfterSeconds: null }
 
@@ -23,16 +26,23 @@ function memoryStore(due: ClaimedDelivery[]) {
     async claim(options) {
       claims.push(options)
       const taken = new Map<string, number>()
+      const takenByAccount = new Map<string, number>()
+      let suspects = 0
       const picked: ClaimedDelivery[] = []
       for (const item of [...due]) {
         if (picked.length >= options.limit) break
         const count = taken.get(item.hookId) ?? 0
+        const accountCount = takenByAccount.get(item.accountId) ?? 0
         if (count >= (options.allowances[item.hookId] ?? options.defaultAllowance)) continue
+        if (accountCount >= (options.accountAllowances[item.accountId] ?? options.defaultAccountAllowance)) continue
+        if (item.suspect && suspects >= options.suspectAllowance) continue
         taken.set(item.hookId, count + 1)
+        takenByAccount.set(item.accountId, accountCount + 1)
+        if (item.suspect) suspects++
         picked.push(item)
         due.splice(due.indexOf(item), 1)
       }
-      return { deliveries: picked, walkedTo: '', more: false }
+      return { deliveries: picked, visited: picked.length }
     },
     async record(attempts) {
       // As long as a database round trip: attempts that finish meanwhile wait for the next batch.
@@ -196,5 +206,46 @@ describe('the dispatcher', () => {
     // Alone, the slow one may use half the slots (one share is kept free); with the quick one busy too, a third.
     expect(most.get('hook_slow')).toBeLessThanOrEqual(6)
     expect(Math.max(...waits)).toBeLessThan(50)
+  })
+
+  test("one account's hanging receivers never hold every slot: another account's delivery goes out at once", async () => {
+    const hanging = Array.from({ length: 40 }, (_, i) => ({ ...delivery(i, `hook_${i}`), accountId: 'acc_noisy', suspect: i % 2 === 0 }))
+    const memory = memoryStore(hanging)
+    const release: (() => void)[] = []
+    const sent: string[] = []
+    const dispatcher = createDispatcher({
+      store: memory.store,
+      async send(item) {
+        sent.push(item.id)
+        if (item.accountId === 'acc_noisy') await new Promise<void>((resolve) => release.push(resolve))
+        return ok
+      },
+      schedule: [0],
+      concurrency: 16,
+      flow: { initialWindow: 4, maxWindow: 16 },
+      maxPerHook: 16,
+      leaseMs: 60_000,
+      pollMs: 60_000,
+      onError: (message, error) => {
+        throw new Error(`${message}: ${error}`)
+      },
+    })
+    // Alone, an account may use half the slots (one share kept free for others): 8 of 16.
+    await until(() => sent.length === 8)
+    await Bun.sleep(20)
+    expect(dispatcher.stats().inFlight).toBe(8)
+    // The suspects among them were held to half the slots as well; now a quiet account's delivery arrives and is sent while the noisy one's still hang.
+    memory.due.push({ ...delivery(100, 'hook_quiet'), accountId: 'acc_quiet' })
+    dispatcher.wake()
+    await until(() => sent.includes('dlv_100'))
+    expect(memory.claims.some((claim) => claim.accountAllowances.acc_noisy === 0 && claim.defaultAccountAllowance > 0)).toBe(true)
+    expect(memory.claims.every((claim) => claim.suspectAllowance >= 0 && claim.suspectAllowance <= 8)).toBe(true)
+    for (let i = 0; i < 200 && sent.length < 41; i++) {
+      for (const resolve of release.splice(0)) resolve()
+      await Bun.sleep(2)
+    }
+    expect(new Set(sent).size).toBe(41)
+    for (const resolve of release.splice(0)) resolve()
+    await dispatcher.stop()
   })
 })

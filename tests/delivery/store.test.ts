@@ -9,7 +9,8 @@ import { startTestServer } from '../support/server.ts'
 import { makeCertificates } from '../../fixtures/tls.ts'
 import { deliveries, hooks } from '../../src/lib/db/schema.ts'
 import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS, claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
-import { decideAfterAttempt } from '../../src/delivery/policy.ts'
+import { decideAfterAttempt, type DeliveryDecision } from '../../src/delivery/policy.ts'
+import { markHooksDue } from '../../src/delivery/queue.ts'
 import { sendWebhook } from '../../src/delivery/send.ts'
 import { postgresDatabase } from '../../src/lib/db/client.ts'
 
@@ -74,11 +75,11 @@ async function moreInbound(owner: { accountId: string; secret: string }, count: 
 
 /** One claim-send-record round, as the worker will run it. */
 async function deliverOnce(claimedFor: string) {
-  const claimed = (await claimRows(db, { limit: 100, leaseMs: 30_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' })).filter((item) => item.hookId === claimedFor)
+  const claimed = (await claimRows(db, { limit: 100, leaseMs: 30_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).filter((item) => item.hookId === claimedFor)
   for (const item of claimed) {
     const secret = await server.instance.secretBox.open(item.secretCiphertext)
     const result = await sendWebhook({ url: item.targetUrl, id: item.eventId, body: item.payload, secrets: [secret] }, { timeoutMs: 2_000, allowPrivate: true, ca: tls.ca })
-    await recordDeliveryAttempts(db, [{ deliveryId: item.id, result, decision: decideAfterAttempt(result, item.attempts + 1, schedule) }])
+    await recordDeliveryAttempts(db, [{ deliveryId: item.id, hookId: item.hookId, result, decision: decideAfterAttempt(result, item.attempts + 1, schedule) }])
   }
   return claimed
 }
@@ -141,10 +142,12 @@ describe('leases', () => {
   test('a leased delivery is not claimed again until its lease runs out', async () => {
     const { hook } = await eventFor('/lease')
     const mine = <T extends { hookId: string }>(items: T[]) => items.filter((item) => item.hookId === hook.id)
-    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' }))).toHaveLength(1)
-    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' }))).toHaveLength(0)
+    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }))).toHaveLength(1)
+    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }))).toHaveLength(0)
     await db.update(deliveries).set({ leasedUntil: sql`now() - interval '1 second'` }).where(eq(deliveries.hookId, hook.id))
-    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' }))).toHaveLength(1)
+    // The queue had it due when the lease ends (src/delivery/queue.ts): ending the lease by hand brings that forward too.
+    await markHooksDue(db, [hook.id])
+    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }))).toHaveLength(1)
   })
 
   test.if(!!server.database.url)('claimers on separate connections never get the same delivery', async () => {
@@ -165,7 +168,7 @@ describe('leases', () => {
     try {
       const claimed: string[] = []
       for (let round = 0; round < 20; round++) {
-        const batches = await Promise.all(claimers.map((claimer) => claimRows(claimer.db, { limit: 7, leaseMs: 60_000, allowances: {}, defaultAllowance: 1000, maxPerHook: 1000, after: '' })))
+        const batches = await Promise.all(claimers.map((claimer) => claimRows(claimer.db, { limit: 7, leaseMs: 60_000, allowances: {}, defaultAllowance: 1000, maxPerHook: 1000, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })))
         for (const batch of batches) claimed.push(...batch.map((item) => item.id))
       }
       const many = await db.select({ id: deliveries.id }).from(deliveries).innerJoin(hooks, eq(hooks.id, deliveries.hookId)).where(eq(hooks.accountId, owner.accountId))
@@ -197,19 +200,19 @@ describe('in flight per subscription', () => {
     const { owner, hook } = await eventFor('/bounded')
     await moreEvents(owner, 4)
     const mine = <T extends { hookId: string }>(items: T[]) => items.filter((item) => item.hookId === hook.id)
-    const first = mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' }))
+    const first = mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }))
     expect(first).toHaveLength(2)
-    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' }))).toHaveLength(0)
-    await recordDeliveryAttempts(db, [{ deliveryId: first[0]!.id, result: okAttempt, decision: { kind: 'delivered' } }])
-    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' }))).toHaveLength(1)
+    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }))).toHaveLength(0)
+    await recordDeliveryAttempts(db, [{ deliveryId: first[0]!.id, hookId: first[0]!.hookId, result: okAttempt, decision: { kind: 'delivered' } }])
+    expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }))).toHaveLength(1)
   })
 
   test("one subscription's backlog does not hide another's due delivery from the next claim", async () => {
     const slow = await eventFor('/backlog')
     await moreEvents(slow.owner, 80)
     const other = await eventFor('/other')
-    const first = await claimRows(db, { limit: 10, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' })
-    const second = await claimRows(db, { limit: 10, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' })
+    const first = await claimRows(db, { limit: 10, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })
+    const second = await claimRows(db, { limit: 10, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })
     expect([...first, ...second].filter((item) => item.hookId === slow.hook.id)).toHaveLength(2)
     expect([...first, ...second].filter((item) => item.hookId === other.hook.id)).toHaveLength(1)
   })
@@ -220,8 +223,8 @@ describe('recording', () => {
     const { owner, hook } = await eventFor('/clock')
     await moreEvents(owner, 2)
     const failOne = async () => {
-      const [item] = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 1, after: '' })).filter((claimed) => claimed.hookId === hook.id)
-      await recordDeliveryAttempts(db, [{ deliveryId: item!.id, result: failedAttempt, decision: { kind: 'retry', delayMs: 0 } }])
+      const [item] = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 1, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).filter((claimed) => claimed.hookId === hook.id)
+      await recordDeliveryAttempts(db, [{ deliveryId: item!.id, hookId: item!.hookId, result: failedAttempt, decision: { kind: 'retry', delayMs: 0 } }])
       return item!
     }
     const read = async () => (await db.select().from(hooks).where(eq(hooks.id, hook.id)))[0]!
@@ -232,8 +235,8 @@ describe('recording', () => {
     const again = await failOne()
     expect((await read()).failingSince!.getTime()).toBe(failing.failingSince!.getTime())
 
-    const [next] = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 1, after: '' })).filter((claimed) => claimed.hookId === hook.id)
-    await recordDeliveryAttempts(db, [{ deliveryId: next!.id, result: okAttempt, decision: { kind: 'delivered' } }])
+    const [next] = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 1, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).filter((claimed) => claimed.hookId === hook.id)
+    await recordDeliveryAttempts(db, [{ deliveryId: next!.id, hookId: next!.hookId, result: okAttempt, decision: { kind: 'delivered' } }])
     expect((await read()).failingSince).toBeNull()
 
     await failOne()
@@ -250,10 +253,10 @@ describe('recording', () => {
   test("an attempt for a delivery deleted meanwhile (its subscription was deleted) is dropped, the others in the batch are stored", async () => {
     const gone = await eventFor('/deleted-meanwhile')
     const kept = await eventFor('/kept')
-    const claimed = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, after: '' })).filter((item) => [gone.hook.id, kept.hook.id].includes(item.hookId))
+    const claimed = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).filter((item) => [gone.hook.id, kept.hook.id].includes(item.hookId))
     expect(claimed).toHaveLength(2)
     await db.delete(hooks).where(eq(hooks.id, gone.hook.id))
-    await recordDeliveryAttempts(db, claimed.map((item) => ({ deliveryId: item.id, result: okAttempt, decision: { kind: 'delivered' as const } })))
+    await recordDeliveryAttempts(db, claimed.map((item) => ({ deliveryId: item.id, hookId: item.hookId, result: okAttempt, decision: { kind: 'delivered' as const } })))
     const [row] = await db.select().from(deliveries).where(eq(deliveries.hookId, kept.hook.id))
     expect(row!.status).toBe('delivered')
     expect(await db.select().from(deliveries).where(eq(deliveries.hookId, gone.hook.id))).toHaveLength(0)
@@ -264,7 +267,7 @@ describe('flow control in the claim', () => {
   // Only the subscriptions a test names may be claimed: the others' leftovers are set aside first.
   const setAsideOthers = () => db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
   const claim = (allowances: Record<string, number>, limit = 100, maxPerHook = 64) =>
-    claimRows(db, { limit, leaseMs: 60_000, allowances, defaultAllowance: 1, maxPerHook, after: '' })
+    claimRows(db, { limit, leaseMs: 60_000, allowances, defaultAllowance: 1, maxPerHook, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })
   const count = (items: { hookId: string }[], hookId: string) => items.filter((item) => item.hookId === hookId).length
   async function twoBacklogs(size: number) {
     const a = await eventFor('/flow-a')
@@ -294,7 +297,7 @@ describe('flow control in the claim', () => {
     try {
       const [mine, theirs] = await Promise.all([
         claim({ [a]: 10 }, 100, 4),
-        claimRows(other?.db ?? db, { limit: 100, leaseMs: 60_000, allowances: { [a]: 10 }, defaultAllowance: 1, maxPerHook: 4, after: '' }),
+        claimRows(other?.db ?? db, { limit: 100, leaseMs: 60_000, allowances: { [a]: 10 }, defaultAllowance: 1, maxPerHook: 4, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }),
       ])
       expect(count(mine, a) + count(theirs, a)).toBe(4)
     } finally {
@@ -326,11 +329,141 @@ describe('flow control in the claim', () => {
     const { a } = await twoBacklogs(5)
     const [item] = (await claim({ [a]: 1 })).filter((claimed) => claimed.hookId === a)
     const tooMany = { ok: false, status: 429, durationMs: 2, error: 'HTTP 429', responseSnippet: '', retryAfterSeconds: 120 }
-    await recordDeliveryAttempts(db, [{ deliveryId: item!.id, result: tooMany, decision: decideAfterAttempt(tooMany, 1, schedule) }])
+    await recordDeliveryAttempts(db, [{ deliveryId: item!.id, hookId: item!.hookId, result: tooMany, decision: decideAfterAttempt(tooMany, 1, schedule) }])
     const [paused] = await db.select().from(hooks).where(eq(hooks.id, a))
     expect(paused!.throttledUntil!.getTime()).toBeGreaterThan(Date.now() + 110_000)
     expect(count(await claim({ [a]: 10 }), a)).toBe(0)
     await db.update(hooks).set({ throttledUntil: new Date(Date.now() - 1000) }).where(eq(hooks.id, a))
+    await markHooksDue(db, [a])
     expect(count(await claim({ [a]: 10 }), a)).toBe(4)
+  })
+})
+
+describe('the circuit breaker in the claim and the record (src/delivery/circuit.ts)', () => {
+  const options = { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 10, maxPerHook: 64, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }
+  const serverError = { ok: false, status: 503, durationMs: 2, error: 'HTTP 503', responseSnippet: '', retryAfterSeconds: null }
+  const retryNow = { kind: 'retry', delayMs: 0 } as const
+  const setAsideOthers = () => db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
+  const hookRow = async (id: string) => (await db.select().from(hooks).where(eq(hooks.id, id)))[0]!
+  const mine = <T extends { hookId: string }>(items: T[], hookId: string) => items.filter((item) => item.hookId === hookId)
+  const record = (items: { id: string; hookId: string }[], result: typeof serverError | typeof okAttempt, decision: DeliveryDecision) =>
+    recordDeliveryAttempts(db, items.map((item) => ({ deliveryId: item.id, hookId: item.hookId, result, decision })))
+  /** The probe's time comes (as the clock would bring it): its due_at moves with it. */
+  const probeTimeComes = async (hookId: string) => {
+    await db.update(hooks).set({ circuitProbeAt: sql`now() - interval '1 second'` }).where(eq(hooks.id, hookId))
+    await markHooksDue(db, [hookId])
+  }
+  const shown = async (owner: { accountId: string; secret: string }, hookId: string) =>
+    (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}?key=${owner.secret}`)).json()).circuit
+
+  test('three failures in a row open it; its deliveries wait; one probe at a time once its time comes; a success closes it and the backlog drains; nothing is lost', async () => {
+    await setAsideOthers()
+    const { owner, hook } = await eventFor('/circuit')
+    await moreInbound(owner, 5)
+    expect(await shown(owner, hook.id)).toEqual({ state: 'closed', consecutive_failures: 0, opened_at: null, next_probe_at: null })
+
+    const first = mine(await claimRows(db, { ...options, defaultAllowance: 3 }), hook.id)
+    expect(first.map((item) => [item.suspect, item.probe])).toEqual([[false, false], [false, false], [false, false]])
+    await record(first, serverError, retryNow)
+    let row = await hookRow(hook.id)
+    expect(row.consecutiveFailures).toBe(3)
+    expect(row.circuitOpenedAt).not.toBeNull()
+    expect(row.circuitProbeAt!.getTime() - Date.now()).toBeGreaterThan(3_000)
+    expect(await shown(owner, hook.id)).toMatchObject({ state: 'open', consecutive_failures: 3 })
+
+    // Six deliveries are due (three retries, three never tried): none goes out while it is open.
+    expect(mine(await claimRows(db, options), hook.id)).toHaveLength(0)
+
+    await probeTimeComes(hook.id)
+    expect((await shown(owner, hook.id)).state).toBe('half_open')
+    const probe = mine(await claimRows(db, options), hook.id)
+    expect(probe.map((item) => [item.suspect, item.probe])).toEqual([[true, true]])
+    // While the probe is in flight nothing else goes, even if the probe time comes again.
+    await probeTimeComes(hook.id)
+    expect(mine(await claimRows(db, options), hook.id)).toHaveLength(0)
+
+    // A failed probe keeps it open, the next probe at least the minimum interval away.
+    await record(probe, serverError, retryNow)
+    row = await hookRow(hook.id)
+    expect([row.consecutiveFailures, row.circuitOpenedAt !== null]).toEqual([4, true])
+    expect(row.circuitProbeAt!.getTime() - Date.now()).toBeGreaterThan(3_000)
+    expect(mine(await claimRows(db, options), hook.id)).toHaveLength(0)
+
+    await probeTimeComes(hook.id)
+    const secondProbe = mine(await claimRows(db, options), hook.id)
+    expect(secondProbe).toHaveLength(1)
+    await record(secondProbe, okAttempt, { kind: 'delivered' })
+    row = await hookRow(hook.id)
+    expect([row.consecutiveFailures, row.circuitOpenedAt, row.circuitProbeAt]).toEqual([0, null, null])
+    expect(await shown(owner, hook.id)).toEqual({ state: 'closed', consecutive_failures: 0, opened_at: null, next_probe_at: null })
+
+    // Closed: the five left go out at once, and every delivery ends delivered.
+    const rest = mine(await claimRows(db, options), hook.id)
+    expect(rest.map((item) => item.suspect)).toEqual([false, false, false, false, false])
+    await record(rest, okAttempt, { kind: 'delivered' })
+    const states = await db.select({ status: deliveries.status }).from(deliveries).where(eq(deliveries.hookId, hook.id))
+    expect(states.map((item) => item.status)).toEqual(Array(6).fill('delivered'))
+  })
+
+  test('an answer that is not a failure (a 400) closes it as well; a 429 counts as a failure', async () => {
+    await setAsideOthers()
+    const { owner, hook } = await eventFor('/circuit-400')
+    await moreInbound(owner, 3)
+    const tooMany = { ...serverError, status: 429, error: 'HTTP 429' }
+    await record(mine(await claimRows(db, { ...options, defaultAllowance: 3 }), hook.id), tooMany, retryNow)
+    expect((await hookRow(hook.id)).circuitOpenedAt).not.toBeNull()
+    await probeTimeComes(hook.id)
+    const probe = mine(await claimRows(db, options), hook.id)
+    const badRequest = { ...serverError, status: 400, error: 'HTTP 400' }
+    await record(probe, badRequest, decideAfterAttempt(badRequest, probe[0]!.attempts + 1, schedule))
+    const row = await hookRow(hook.id)
+    expect([row.consecutiveFailures, row.circuitOpenedAt]).toEqual([0, null])
+  })
+
+  test('a new target URL, or re-enabling, starts with a closed circuit', async () => {
+    await setAsideOthers()
+    const { owner, hook } = await eventFor('/circuit-moved')
+    await moreInbound(owner, 2)
+    await record(mine(await claimRows(db, { ...options, defaultAllowance: 3 }), hook.id), serverError, retryNow)
+    expect((await shown(owner, hook.id)).state).toBe('open')
+    const moved = await server.fetch(`/v0/account/${owner.accountId}/hooks/${hook.id}?key=${owner.secret}`, {
+      method: 'PATCH',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ target_url: `https://localhost:${receiver.port}/circuit-moved-here` }),
+    })
+    expect((await moved.json()).circuit).toEqual({ state: 'closed', consecutive_failures: 0, opened_at: null, next_probe_at: null })
+    // Due at once: the claim finds its three deliveries without waiting for the old probe time.
+    expect(mine(await claimRows(db, options), hook.id)).toHaveLength(3)
+  })
+})
+
+describe('isolation in the claim (src/delivery/dispatcher.ts)', () => {
+  const options = { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 10, maxPerHook: 64, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }
+  const setAsideOthers = () => db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
+  const count = (items: { hookId: string }[], hookId: string) => items.filter((item) => item.hookId === hookId).length
+
+  test("an account gets no more than its allowance, whatever its subscriptions' own; suspect subscriptions no more than theirs together", async () => {
+    await setAsideOthers()
+    const a = await eventFor('/iso-a')
+    const b = await eventFor('/iso-b')
+    await Promise.all([moreInbound(a.owner, 5), moreInbound(b.owner, 5)])
+    const first = await claimRows(db, { ...options, accountAllowances: { [a.owner.accountId]: 2 } })
+    expect([count(first, a.hook.id), count(first, b.hook.id)]).toEqual([2, 6])
+    expect(first.find((item) => item.hookId === a.hook.id)!.accountId).toBe(a.owner.accountId)
+
+    // An account with no room is not even looked at; the others are served.
+    await setAsideOthers()
+    await Promise.all([moreInbound(a.owner, 3), moreInbound(b.owner, 3)])
+    const blocked = await claimRows(db, { ...options, accountAllowances: { [a.owner.accountId]: 0 } })
+    expect([count(blocked, a.hook.id), count(blocked, b.hook.id)]).toEqual([0, 3])
+
+    // b's last attempt failed: it is a suspect, served within the suspects' allowance only.
+    await db.update(hooks).set({ consecutiveFailures: 1 }).where(eq(hooks.id, b.hook.id))
+    await setAsideOthers()
+    await Promise.all([moreInbound(a.owner, 3), moreInbound(b.owner, 3)])
+    const suspects = await claimRows(db, { ...options, suspectAllowance: 1 })
+    expect([count(suspects, a.hook.id), count(suspects, b.hook.id)]).toEqual([3, 1])
+    expect(suspects.filter((item) => item.suspect).map((item) => item.hookId)).toEqual([b.hook.id])
+    expect(await claimRows(db, { ...options, suspectAllowance: 0 })).toHaveLength(0)
   })
 })
