@@ -272,6 +272,10 @@ export function WebhookPage({ accountId, hookId, flash }: { accountId: string; h
         </dd>
         <dt>Rate limit</dt>
         <dd>{current.rate_limit_per_s === null ? 'none' : `${current.rate_limit_per_s} per second`}</dd>
+        <dt>Circuit</dt>
+        <dd>
+          <CircuitState circuit={current.circuit} />
+        </dd>
         <dt>Created</dt>
         <dd>
           <Time iso={current.created_at} />
@@ -334,5 +338,33 @@ export function WebhookPage({ accountId, hookId, flash }: { accountId: string; h
       <EditForm accountId={accountId} hook={current} onSaved={setHook} />
       <Deliveries accountId={accountId} hook={current} refreshKey={deliveriesKey} />
     </>
+  )
+}
+
+/** docs/webhooks.md#when-an-endpoint-keeps-failing, in a sentence. */
+function CircuitState({ circuit }: { circuit: Hook['circuit'] }) {
+  if (circuit.state === 'closed') {
+    return <span>closed{circuit.consecutive_failures > 0 ? ` (${circuit.consecutive_failures} failed in a row)` : ''}</span>
+  }
+  return (
+    <span>
+      <strong>{circuit.state === 'open' ? 'open' : 'half open'}</strong>: the receiver failed {circuit.consecutive_failures} times in a row
+      {circuit.opened_at && (
+        <>
+          {' '}
+          (since <Time iso={circuit.opened_at} />)
+        </>
+      )}
+      ; deliveries wait, and one goes out as a probe
+      {circuit.state === 'open' && circuit.next_probe_at ? (
+        <>
+          {' '}
+          at <Time iso={circuit.next_probe_at} />
+        </>
+      ) : (
+        ' now'
+      )}
+      .
+    </span>
   )
 }
