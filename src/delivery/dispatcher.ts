@@ -1,7 +1,7 @@
 import { createFlowControl, fairShare, type FlowSettings } from './flow-control.ts'
 import { decideAfterAttempt } from './policy.ts'
 import type { AttemptResult } from './send.ts'
-import { CLAIM_SCAN, type ClaimOptions, type ClaimResult, type ClaimedDelivery, type RecordedAttempt } from './store.ts'
+import type { ClaimOptions, ClaimResult, ClaimedDelivery, RecordedAttempt } from './store.ts'
 
 /**
  * The two database operations a sender needs. Coarse on purpose: on PGlite each call crosses
@@ -13,7 +13,7 @@ export interface DeliveryStore {
   record(attempts: RecordedAttempt[]): Promise<void>
 }
 
-// Claims in a row that leased nothing though they found as many due subscriptions as they may look at (CLAIM_SCAN): those had no room, and went to the back of the line.
+// Claims in a row that leased nothing though they found as many due subscriptions as they may look at: those had no room, and went to the back of the line.
 const MAX_EMPTY_CLAIMS = 4
 
 export interface DispatcherOptions {
@@ -99,7 +99,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           // looked at as many due subscriptions as it may (those had no room and went to the back
           // of the line: the next ones may have some), a few times at most.
           emptyClaims = claimed.deliveries.length > 0 ? 0 : emptyClaims + 1
-          if (claimed.deliveries.length === 0 && (claimed.visited < CLAIM_SCAN || emptyClaims >= MAX_EMPTY_CLAIMS)) break
+          if (claimed.deliveries.length === 0 && (!claimed.more || emptyClaims >= MAX_EMPTY_CLAIMS)) break
         }
       } while (wokenWhileClaiming && !stopped && inFlight < concurrency)
     } catch (error) {

@@ -44,12 +44,13 @@ export interface ClaimOptions {
 
 export interface ClaimResult {
   deliveries: ClaimedDelivery[]
-  /** Due subscriptions the claim looked at: when it is CLAIM_SCAN, more may be due. */
-  visited: number
+  /** The claim looked at as many due subscriptions as it may: more may be due. */
+  more: boolean
 }
 
-/** Due subscriptions one claim looks at, at most. */
-export const CLAIM_SCAN = 128
+/** Due subscriptions one claim looks at: enough for its limit (each has room for one at least), within these bounds. */
+const SCAN_MIN = 16
+const SCAN_MAX = 128
 
 /** What one attempt did, ready to be stored. */
 export interface RecordedAttempt {
@@ -76,7 +77,7 @@ const idArray = (ids: readonly string[]) => sql`string_to_array(${ids.join(',')}
  * statements; the HTTP calls happen after it.
  *
  * The first statement takes the subscriptions that are due from the queue's index
- * (src/delivery/queue.ts), oldest due_at first, at most CLAIM_SCAN of them, skipping those the
+ * (src/delivery/queue.ts), oldest due_at first, as many as its limit (16 to 128), skipping those the
  * caller has no room for (their allowance, their account's, the suspects' share) and rows
  * another claim holds. Per subscription it takes no more than the smallest of: the caller's
  * allowance (its adaptive window and fair share), what the cross-process maximum leaves, what
@@ -88,7 +89,7 @@ const idArray = (ids: readonly string[]) => sql`string_to_array(${ids.join(',')}
  * subscription is served first, then cut to each account's allowance and the suspects' share.
  *
  * The second statement, reading the deliveries afresh, moves every subscription it looked at
- * to when it is next due: now if it still has deliveries due (to the back of the line: round
+ * (except those with room that the limit left out: they keep their place) to when it is next due: now if it still has deliveries due (to the back of the line: round
  * robin), else its first retry, its lease's end, its Retry-After, its next probe, or the next
  * second of its rate limit, whichever is latest; null when it has nothing pending or is not
  * active (resuming marks it due again).
@@ -112,8 +113,10 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
     previous_secret_ciphertext: string | null
     suspect: boolean
     probe: boolean
-    visited: string
+    reschedule: string
+    visited: number
   }
+  const scan = Math.min(SCAN_MAX, Math.max(SCAN_MIN, options.limit))
   const claim = sql`with
           allowance as (
             select key as hook_id, value::int as n from jsonb_each_text(${JSON.stringify(options.allowances)}::jsonb)
@@ -131,7 +134,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
               and coalesce((select a.n from account_allowance a where a.account_id = h.account_id), ${options.defaultAccountAllowance}) > 0
               and (${options.suspectAllowance} > 0 or (h.consecutive_failures = 0 and h.circuit_opened_at is null))
             order by q.due_at
-            limit ${CLAIM_SCAN}
+            limit ${scan}
             for update of q skip locked
           ),
           held as (
@@ -199,13 +202,18 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             returning d.id, d.event_id, d.hook_id, h.account_id, d.attempts, e.payload, h.target_url, h.secret_ciphertext,
                       case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext,
                       picked.suspect, picked.probe
+          ),
+          looked as (
+            -- Subscriptions with room whose rows were all cut (by the limit, their account's or the suspects' allowance) keep their place in line.
+            select coalesce(json_agg(hook_id), '[]')::text as reschedule from due
+            where hook_id not in (select hook_id from candidates except select hook_id from picked)
           )
-          select l.*, v.visited from (select coalesce(json_agg(hook_id), '[]')::text as visited from due) v left join leased l on true`
+          select l.*, v.reschedule, (select count(*)::int from due) as visited from looked v left join leased l on true`
   const run = async (tx: Database) => {
     const rows = await queryRows<Row>(tx, claim)
-    const visited = JSON.parse(rows[0]?.visited ?? '[]') as string[]
-    if (visited.length > 0) await tx.execute(rescheduleHooks(visited))
-    return { rows, visited }
+    const reschedule = JSON.parse(rows[0]?.reschedule ?? '[]') as string[]
+    if (reschedule.length > 0) await tx.execute(rescheduleHooks(reschedule))
+    return { rows, visited: Number(rows[0]?.visited ?? 0) }
   }
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the two
   // statements need no lock and no transaction around them (on PGlite each statement costs ~0.4 ms);
@@ -233,7 +241,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
         suspect: row.suspect === true,
         probe: row.probe === true,
       })),
-    visited: visited.length,
+    more: visited >= scan,
   }
 }
 

@@ -42,7 +42,7 @@ function memoryStore(due: ClaimedDelivery[]) {
         picked.push(item)
         due.splice(due.indexOf(item), 1)
       }
-      return { deliveries: picked, visited: picked.length }
+      return { deliveries: picked, more: false }
     },
     async record(attempts) {
       // As long as a database round trip: attempts that finish meanwhile wait for the next batch.
