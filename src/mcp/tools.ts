@@ -4,7 +4,7 @@ import { Value } from '@sinclair/typebox/value'
 import type { Tool } from '@modelcontextprotocol/sdk/types.js'
 import type { Caller } from '../auth/authenticator.ts'
 import type { Scope } from '../auth/scopes.ts'
-import { ApiError, describeSchemaViolation, validationFailed } from '../lib/errors.ts'
+import { ApiError, schemaViolations, validationFailed } from '../lib/errors.ts'
 import { PageParams, pageOf } from '../lib/pagination.ts'
 import { EVENT_DESCRIPTIONS, EVENT_TYPES } from '../hooks/event-types.ts'
 import { CreateHookBody, CreatedHookSchema, DeliveryDetailSchema, DeliveryIdParam, DeliveryListQuery, DeliverySchema, HookSchema, TestResultSchema, UpdateHookBody } from '../hooks/schemas.ts'
@@ -236,7 +236,7 @@ export async function callTool(deps: ToolDeps, caller: Caller, name: string, arg
     }
     const input = args ?? {}
     if (!Value.Check(tool.input, input)) {
-      throw validationFailed([...Value.Errors(tool.input, input)].slice(0, 20).map((error) => ({ path: error.path || '/', message: describeSchemaViolation(error) })))
+      throw validationFailed([...Value.Errors(tool.input, input)].flatMap((issue) => [...schemaViolations(issue)]).slice(0, 20))
     }
     return { ok: true, result: (await tool.run(deps, caller, input)) as Record<string, unknown> }
   } catch (error) {
