@@ -129,7 +129,7 @@ describe('tools/list: the new tools as an agent discovers them', () => {
     expect(listed('get_delivery').description).toContain('hooks:read')
 
     expect(listed('update_webhook').inputSchema.required).toEqual(['hook_id'])
-    expect(Object.keys(listed('update_webhook').inputSchema.properties!).sort()).toEqual(['hook_id', 'rate_limit_per_s', 'status', 'target_url'])
+    expect(Object.keys(listed('update_webhook').inputSchema.properties!).sort()).toEqual(['filter', 'hook_id', 'rate_limit_per_s', 'status', 'target_url'])
     expect(listed('test_webhook').inputSchema.required).toEqual(['hook_id'])
     expect(listed('get_delivery').inputSchema.required).toEqual(['delivery_id'])
     expect(listed('retry_delivery').inputSchema.required).toEqual(['delivery_id'])
