@@ -238,3 +238,17 @@ describe('a bad filter is 422 naming the field', () => {
     expect((await json(await call(alice, 'GET', `/hooks/${hook.id}`))).filter).toEqual({ from: ['+447700900666'] })
   })
 })
+
+describe('GET /event-types', () => {
+  test('each type names the filter it takes: its one member and the numbers it holds', async () => {
+    const { data } = await json(await server.fetch(`/v0/event-types?key=${alice.secret}`))
+    const filterOf = (type: string) => data.find((item: { type: string }) => item.type === type).filter
+    for (const [type, key] of [['message.delivered', 'to'], ['message.failed', 'to'], ['message.inbound', 'from']] as const) {
+      const filter = filterOf(type)
+      expect(filter).toMatchObject({ $schema: 'https://json-schema.org/draft/2020-12/schema', type: 'object', required: [key], additionalProperties: false })
+      expect(Object.keys(filter.properties)).toEqual([key])
+      expect(filter.properties[key]).toMatchObject({ type: 'array', minItems: 1, maxItems: 10, uniqueItems: true, items: { type: 'string', pattern: '^\\+[1-9][0-9]{6,14}$' } })
+      expect(JSON.stringify(filter)).not.toContain('$id')
+    }
+  })
+})
