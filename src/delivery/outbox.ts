@@ -23,13 +23,15 @@ export function buildEvent(input: { accountId: string; type: EventType; message:
 
 /**
  * The tail of a statement that stores events: given an earlier member `stored_events(id,
- * account_id, type, payload)` of the caller's `WITH`, it inserts those events and one pending
+ * account_id, type, payload, contact)` of the caller's `WITH`, it inserts those events and one pending
  * delivery per active or paused subscription of their account and type (a paused one's wait
  * for it to resume: the claim takes active subscriptions' only), and selects how many deliveries
  * it made. The change that caused the events, the events and their deliveries are then one
  * statement: they commit together or not at all, so a committed event is never without its
  * deliveries, at the cost of one round trip. The same statement marks their subscriptions due
  * in the queue's index (src/delivery/queue.ts). Subscriptions made later do not see the event.
+ * A subscription with a filter gets a delivery only when the filter holds the event's contact
+ * (docs/api.md#filters): a filtered-out event costs no row.
  *
  * A delivery id is made here, not in JavaScript, because how many there are is only known in
  * the statement: `dlv_`, the event id's 10 time characters (so deliveries sort by their
@@ -45,6 +47,7 @@ export const storeEventsAndDeliveries: SQL = sql`,
     insert into deliveries (id, event_id, hook_id)
     select 'dlv_' || substr(e.id, 5, 10) || substr(replace(gen_random_uuid()::text, '-', ''), 1, 16), e.id, h.id
     from new_events e join hooks h on h.account_id = e.account_id and h.event = e.type and h.status in ('active', 'paused')
+    join stored_events s on s.id = e.id and (h.filter_contacts is null or s.contact = any(h.filter_contacts))
     returning hook_id
   ),
   queued as (

@@ -1,7 +1,8 @@
 import { t, type Static } from 'elysia'
 import { buildEvent, type EventPayload, type PendingEvent } from '../delivery/outbox.ts'
 import { EventSchema, type MessageSchema } from '../messages/schemas.ts'
-import { EVENT_DESCRIPTIONS, EVENT_TYPES, type EventType } from './event-types.ts'
+import { EVENT_DESCRIPTIONS, EVENT_TYPES, FILTER_KEYS, type EventType } from './event-types.ts'
+import { ContactList } from './schemas.ts'
 
 export const EventTypeSchema = t.Object(
   {
@@ -9,6 +10,7 @@ export const EventTypeSchema = t.Object(
     description: t.String(),
     schema: t.Record(t.String(), t.Unknown(), { description: "JSON Schema (2020-12) of the event's body, as deliveries send it." }),
     example: EventSchema,
+    filter: t.Record(t.String(), t.Unknown(), { description: 'JSON Schema (2020-12) of the `filter` a subscription to this type takes: its one member and the numbers it holds.' }),
   },
   { title: 'EventType' },
 )
@@ -38,17 +40,26 @@ function plainJsonSchema(schema: unknown): Record<string, unknown> {
   return JSON.parse(JSON.stringify(schema, (key, value) => (key === '$id' ? undefined : value))) as Record<string, unknown>
 }
 
+/** A subscription's filter for one type: the member of HookFilter that type takes (docs/api.md#filters), required. */
+const filterOfType = (type: EventType) =>
+  t.Object(
+    { [FILTER_KEYS[type]]: ContactList },
+    { additionalProperties: false, description: `Deliver only ${type} events whose message's ${FILTER_KEYS[type]} is one of these numbers.` },
+  )
+
 /**
  * Each event type with its description, the JSON Schema of its body and an example, from the
  * same TypeBox schema that types the event and the same function that builds the body a
- * delivery sends (`buildEvent`), so the catalogue cannot drift from what receivers get.
+ * delivery sends (`buildEvent`), so the catalogue cannot drift from what receivers get; and the
+ * filter a subscription to it takes, from the schema that checks subscriptions' filters.
  */
 export function eventCatalog(): Static<typeof EventTypeSchema>[] {
   return EVENT_TYPES.map((type) => {
     const { event } = buildEvent({ accountId: EXAMPLE_ACCOUNT, type, message: EXAMPLE_MESSAGES[type] })
     const example: EventPayload = { ...event, id: 'evt_01jd3m9x2qk7r5v8w4y6z0tvwx', timestamp: EXAMPLE_TIME }
     const schema = plainJsonSchema(t.Object({ ...EventSchema.properties, type: t.Literal(type) }, { title: type }))
-    return { type, description: EVENT_DESCRIPTIONS[type], schema: { $schema: 'https://json-schema.org/draft/2020-12/schema', ...schema }, example }
+    const filter = { $schema: 'https://json-schema.org/draft/2020-12/schema', ...plainJsonSchema(filterOfType(type)) }
+    return { type, description: EVENT_DESCRIPTIONS[type], schema: { $schema: 'https://json-schema.org/draft/2020-12/schema', ...schema }, example, filter }
   })
 }
 

@@ -2,6 +2,7 @@ import { t } from 'elysia'
 import { Type } from '@sinclair/typebox'
 import { AccountParams } from '../accounts/schemas.ts'
 import { ApiKeyParam, PageParams } from '../lib/pagination.ts'
+import { PhoneNumber } from '../messages/schemas.ts'
 import { EVENT_TYPES } from './event-types.ts'
 
 export const CircuitSchema = t.Object(
@@ -17,6 +18,29 @@ export const CircuitSchema = t.Object(
   { title: 'Circuit', description: 'The circuit breaker of this subscription: docs/webhooks.md#when-an-endpoint-keeps-failing.' },
 )
 
+/** docs/api.md#filters: the numbers a filter matches, exactly, as the event's message writes them. */
+export const ContactList = t.Array(PhoneNumber, {
+  minItems: 1,
+  maxItems: 10,
+  uniqueItems: true,
+  description: '1 to 10 distinct E.164 numbers: only events whose contact is one of them are delivered.',
+})
+
+/**
+ * docs/api.md#filters. One member, the one of the subscription's event type (src/hooks/event-types.ts,
+ * FILTER_KEYS): that it matches the type is checked by the service, which knows the type.
+ */
+export const HookFilterSchema = t.Object(
+  { to: t.Optional(ContactList), from: t.Optional(ContactList) },
+  {
+    additionalProperties: false,
+    minProperties: 1,
+    maxProperties: 1,
+    title: 'HookFilter',
+    description: 'Narrows a subscription to some contacts: `to` (the recipient) for message.delivered and message.failed, `from` (the sender) for message.inbound.',
+  },
+)
+
 export const HookSchema = t.Object(
   {
     id: t.String({ examples: ['hook_01jd3m9x2qk7r5v8w4y6z0abcd'] }),
@@ -29,6 +53,7 @@ export const HookSchema = t.Object(
     disabled_reason: t.Optional(t.String()),
     rate_limit_per_s: t.Union([Type.Integer(), t.Null()], { description: 'At most this many delivery attempts start in each second; null: no limit.' }),
     circuit: CircuitSchema,
+    filter: t.Union([HookFilterSchema, t.Null()], { description: 'Only events of these contacts are delivered; null: every event of its type.' }),
     created_at: t.String({ format: 'date-time' }),
   },
   { title: 'Hook' },
@@ -70,6 +95,7 @@ export const CreateHookBody = t.Object(
       }),
     ),
     rate_limit_per_s: t.Optional(RateLimit),
+    filter: t.Optional(HookFilterSchema),
   },
   { additionalProperties: false, title: 'CreateHookRequest' },
 )
@@ -79,6 +105,7 @@ export const UpdateHookBody = t.Object(
     target_url: t.Optional(TargetUrl),
     status: t.Optional(t.Union([t.Literal('active'), t.Literal('paused')], { description: '`paused` holds deliveries (they are still recorded); `active` sends them again.' })),
     rate_limit_per_s: t.Optional(t.Union([RateLimit, t.Null()])),
+    filter: t.Optional(t.Union([HookFilterSchema, t.Null()], { description: 'A new filter (its member the one of the subscription\'s event type), or null to remove it.' })),
   },
   { additionalProperties: false, minProperties: 1, title: 'UpdateHookRequest' },
 )

@@ -10,11 +10,12 @@ import { isUniqueViolation } from '../lib/db/errors.ts'
 import { isId, newId } from '../lib/ids.ts'
 import { readPage, type Page } from '../lib/pagination.ts'
 import type { SecretBox } from '../lib/secret-box.ts'
-import type { EventType } from './event-types.ts'
-import type { HookSchema } from './schemas.ts'
+import { EVENT_TYPES, FILTER_KEYS, type EventType, type FilterKey } from './event-types.ts'
+import type { HookFilterSchema, HookSchema } from './schemas.ts'
 
 export type Hook = typeof hooks.$inferSelect
 export type HookResource = Static<typeof HookSchema>
+type HookFilter = Static<typeof HookFilterSchema>
 
 export interface HookDeps {
   db: Database
@@ -41,8 +42,30 @@ export function toHookResource(hook: Hook): HookResource {
       opened_at: hook.circuitOpenedAt?.toISOString() ?? null,
       next_probe_at: hook.circuitProbeAt?.toISOString() ?? null,
     },
+    filter: filterOf(hook.event as EventType, hook.filterContacts),
     created_at: hook.createdAt.toISOString(),
   }
+}
+
+function filterOf(event: EventType, contacts: string[] | null): HookFilter | null {
+  if (contacts === null) return null
+  return FILTER_KEYS[event] === 'to' ? { to: contacts } : { from: contacts }
+}
+
+/**
+ * docs/api.md#filters: the numbers a filter holds, as stored (hooks.filter_contacts; null: no
+ * filter). Its one member (the schema allows no more, no fewer) must be the one of the event type:
+ * `to` for the outcome of a message sent, `from` for a message received.
+ */
+function filterContactsOf(event: EventType, filter: HookFilter | null): string[] | null {
+  if (filter === null) return null
+  const given = Object.keys(filter)[0] as FilterKey
+  const key = FILTER_KEYS[event]
+  if (given !== key) {
+    const typesOfGiven = EVENT_TYPES.filter((type) => FILTER_KEYS[type] === given).join(' and ')
+    throw validationFailed([{ path: `/filter/${given}`, message: `a ${event} subscription filters on ${key}; ${given} is for ${typesOfGiven}` }])
+  }
+  return filter[key]!
 }
 
 /**
@@ -109,9 +132,10 @@ const hooksLimitReached = (limit: number) =>
 export async function createHook(
   deps: HookDeps,
   accountId: string,
-  input: { event: EventType; target_url: string; secret?: string; rate_limit_per_s?: number },
+  input: { event: EventType; target_url: string; secret?: string; rate_limit_per_s?: number; filter?: HookFilter },
 ): Promise<{ hook: Hook; secret: string }> {
   const targetUrl = checkTargetUrl(input.target_url, deps)
+  const filterContacts = filterContactsOf(input.event, input.filter ?? null)
   const secret = input.secret === undefined ? newSigningSecret() : checkSigningSecret(input.secret)
   const secretCiphertext = await deps.secretBox.seal(secret)
   try {
@@ -121,7 +145,7 @@ export async function createHook(
       if (held!.n >= deps.hooksPerAccount) throw hooksLimitReached(deps.hooksPerAccount)
       const [inserted] = await tx
         .insert(hooks)
-        .values({ id: newId('hook'), accountId, event: input.event, targetUrl, secretCiphertext, rateLimitPerS: input.rate_limit_per_s ?? null })
+        .values({ id: newId('hook'), accountId, event: input.event, targetUrl, secretCiphertext, rateLimitPerS: input.rate_limit_per_s ?? null, filterContacts })
         .returning()
       return inserted!
     })
@@ -250,16 +274,20 @@ async function markOwnHookDue(db: Database, accountId: string, hookId: string): 
  * Changes what the owner may change; the secret is kept. `paused` holds deliveries (they are
  * still recorded, src/delivery/outbox.ts, and the claim leaves them be); `active` resumes a
  * paused subscription or re-enables a disabled one (as `enableHook`, its failure clock
- * restarts). A new target URL follows the same rules as at creation.
+ * restarts). A new target URL follows the same rules as at creation. A new filter applies to
+ * events from the commit on; `filter: null` removes it, leaving it out keeps it.
  */
 export async function updateHook(
   deps: Pick<HookDeps, 'db' | 'isForbiddenHost' | 'allowPrivateTargets'>,
   accountId: string,
   hookId: string,
-  input: { target_url?: string; status?: 'active' | 'paused'; rate_limit_per_s?: number | null },
+  input: { target_url?: string; status?: 'active' | 'paused'; rate_limit_per_s?: number | null; filter?: HookFilter | null },
 ): Promise<Hook> {
   if (!isId('hook', hookId)) throw noSuchHook(hookId)
   const targetUrl = input.target_url === undefined ? undefined : checkTargetUrl(input.target_url, deps)
+  // A filter's member is checked against the subscription's event, which no update changes: read it first.
+  const filterContacts =
+    input.filter === undefined || input.filter === null ? input.filter : filterContactsOf((await getHook(deps.db, accountId, hookId)).event as EventType, input.filter)
   try {
     const hook = await deps.db.transaction(async (tx) => {
       await markOwnHookDue(tx as unknown as Database, accountId, hookId)
@@ -268,6 +296,7 @@ export async function updateHook(
         .set({
           ...(targetUrl === undefined ? {} : { targetUrl, ...closedCircuit }),
           ...(input.rate_limit_per_s === undefined ? {} : { rateLimitPerS: input.rate_limit_per_s }),
+          ...(filterContacts === undefined ? {} : { filterContacts }),
           ...(input.status === undefined
             ? {}
             : {

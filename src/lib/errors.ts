@@ -79,6 +79,33 @@ export function describeSchemaViolation(issue: { message?: string; schema?: unkn
   return issue.message ?? 'Invalid value'
 }
 
+/** One issue of a TypeBox check, as Value.Errors (and Elysia's validation error, which spreads them) gives it. */
+export interface SchemaIssue {
+  path?: string
+  message?: string
+  schema?: unknown
+  value?: unknown
+  /** For a union: each member's own issues, in the order of `anyOf`. */
+  errors?: Iterable<SchemaIssue>[]
+}
+
+/**
+ * The field errors one issue of a schema check stands for. TypeBox reports a value that matches
+ * none of a union's members as one "Expected union value" at the union. For a value that may be
+ * null (`X or null`: PATCH clears a field with null) given something else, the caller meant X, so
+ * X's own issues are reported: each path then points at the bad field inside (`/filter/to/1`),
+ * as it would without the null.
+ */
+export function* schemaViolations(issue: SchemaIssue): Generator<FieldError> {
+  const members = (issue.schema as { anyOf?: { type?: unknown }[] } | undefined)?.anyOf
+  const nullable = members?.length === 2 && issue.errors?.length === 2 && members.some((member) => member.type === 'null')
+  if (nullable && issue.value !== null) {
+    for (const inner of issue.errors![members!.findIndex((member) => member.type !== 'null')]!) yield* schemaViolations(inner)
+    return
+  }
+  yield { path: issue.path || '/', message: describeSchemaViolation(issue) }
+}
+
 /**
  * The database is down or restarting (src/lib/db/errors.ts): retry shortly. Almost always
  * nothing was stored; only a connection lost during the commit itself leaves it unknown, so the

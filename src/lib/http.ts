@@ -1,5 +1,5 @@
 import { Elysia } from 'elysia'
-import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, databaseUnavailable, describeSchemaViolation, internalError, problemBody, problemResponse, validationFailed, type FieldError } from './errors.ts'
+import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, databaseUnavailable, internalError, problemBody, problemResponse, schemaViolations, validationFailed, type FieldError, type SchemaIssue } from './errors.ts'
 import { newId } from './ids.ts'
 import { isDatabaseUnavailable } from './db/errors.ts'
 import { describeError, redactedPath, redactSecrets, type Logger } from './logger.ts'
@@ -130,18 +130,10 @@ export async function parseFormBody(request: Request): Promise<Record<string, st
 /** For a public feature plugin (no `auth` on its routes) that takes JSON bodies: `.use(jsonBodies())`. */
 export const jsonBodies = () => new Elysia().onParse({ as: 'scoped' }, ({ request }) => readJsonBody(request))
 
-interface ValidationIssue {
-  path?: string
-  message?: string
-  schema?: unknown
-}
-
-function fieldErrors(error: { all?: ValidationIssue[] }, part: string): FieldError[] {
+function fieldErrors(error: { all?: SchemaIssue[] }, part: string): FieldError[] {
   const seen = new Set<string>()
   const errors: FieldError[] = []
-  for (const issue of error.all ?? []) {
-    const path = issue.path || '/'
-    const message = describeSchemaViolation(issue)
+  for (const { path, message } of (error.all ?? []).flatMap((issue) => [...schemaViolations(issue)])) {
     const key = `${path}\u0000${message}`
     if (seen.has(key)) continue
     seen.add(key)
@@ -163,7 +155,7 @@ function toApiError(code: string | number, error: unknown, request: Request): Ap
       return badRequest('invalid_json', 'The request body is not valid JSON.')
     }
     case 'VALIDATION': {
-      const validation = error as { type?: string; value?: unknown; all?: ValidationIssue[] }
+      const validation = error as { type?: string; value?: unknown; all?: SchemaIssue[] }
       // A route that takes a body got none: as unreadable as malformed JSON. Routes without a body ignore one.
       if (validation.type === 'body' && validation.value === NO_BODY) return badRequest('invalid_json', 'The request has no body: send JSON.')
       return validationFailed(fieldErrors(validation, validation.type ?? 'body'))

@@ -4,7 +4,7 @@ import { Value } from '@sinclair/typebox/value'
 import type { Tool } from '@modelcontextprotocol/sdk/types.js'
 import type { Caller } from '../auth/authenticator.ts'
 import type { Scope } from '../auth/scopes.ts'
-import { ApiError, describeSchemaViolation, validationFailed } from '../lib/errors.ts'
+import { ApiError, schemaViolations, validationFailed } from '../lib/errors.ts'
 import { PageParams, pageOf } from '../lib/pagination.ts'
 import { EVENT_DESCRIPTIONS, EVENT_TYPES } from '../hooks/event-types.ts'
 import { CreateHookBody, CreatedHookSchema, DeliveryDetailSchema, DeliveryIdParam, DeliveryListQuery, DeliverySchema, HookSchema, TestResultSchema, UpdateHookBody } from '../hooks/schemas.ts'
@@ -106,7 +106,7 @@ export const TOOLS = [
   define({
     name: 'create_webhook',
     title: 'Subscribe a URL to an event',
-    description: `Subscribes an HTTPS URL to one event type (${EVENT_TYPES.join(', ')}; see list_event_types). Every such event is then POSTed to the URL, signed (Standard Webhooks). The answer includes the signing secret (whsec_…), shown only this once: give it to the user to verify deliveries. Fails if the URL is not https, points at a private address, or the same event and URL are already subscribed.`,
+    description: `Subscribes an HTTPS URL to one event type (${EVENT_TYPES.join(', ')}; see list_event_types). Every such event is then POSTed to the URL, signed (Standard Webhooks). An optional filter narrows it to some contacts: {"to": [numbers]} for message.delivered and message.failed (the recipient), {"from": [numbers]} for message.inbound (the sender); 1-10 distinct E.164 numbers such as +14155550123. The answer includes the signing secret (whsec_…), shown only this once: give it to the user to verify deliveries. Fails if the URL is not https, points at a private address, or the same event and URL are already subscribed.`,
     scope: 'hooks:write',
     input: CreateHookBody,
     output: CreatedHookSchema,
@@ -143,7 +143,7 @@ export const TOOLS = [
     name: 'update_webhook',
     title: 'Change, pause or resume a webhook subscription',
     description:
-      'Changes a subscription: a new target_url (same rules as at creation), status "paused" (deliveries are still recorded and wait) or "active" (resumes a paused one, re-enables a disabled one), or rate_limit_per_s (deliveries per second, 1-10000; null removes the limit). The signing secret is kept. Give hook_id and at least one change.',
+      'Changes a subscription: a new target_url (same rules as at creation), status "paused" (deliveries are still recorded and wait) or "active" (resumes a paused one, re-enables a disabled one), rate_limit_per_s (deliveries per second, 1-10000; null removes the limit), or filter (as in create_webhook, with the key its event type takes; null removes it, leaving it out keeps it). The signing secret is kept. Give hook_id and at least one change.',
     scope: 'hooks:write',
     input: UpdateWebhookInput,
     output: HookSchema,
@@ -151,7 +151,7 @@ export const TOOLS = [
     run: async (deps, caller, input) => {
       const { hook_id, ...changes } = input as Static<typeof UpdateWebhookInput>
       // Checked here, not with minProperties: the schema's message would count hook_id among the changes.
-      if (Object.keys(changes).length === 0) throw validationFailed([{ path: '/', message: 'give at least one change: target_url, status or rate_limit_per_s' }])
+      if (Object.keys(changes).length === 0) throw validationFailed([{ path: '/', message: 'give at least one change: target_url, status, rate_limit_per_s or filter' }])
       return toHookResource(await updateHook(deps, caller.accountId, hook_id, changes))
     },
   }),
@@ -236,7 +236,7 @@ export async function callTool(deps: ToolDeps, caller: Caller, name: string, arg
     }
     const input = args ?? {}
     if (!Value.Check(tool.input, input)) {
-      throw validationFailed([...Value.Errors(tool.input, input)].slice(0, 20).map((error) => ({ path: error.path || '/', message: describeSchemaViolation(error) })))
+      throw validationFailed([...Value.Errors(tool.input, input)].flatMap((issue) => [...schemaViolations(issue)]).slice(0, 20))
     }
     return { ok: true, result: (await tool.run(deps, caller, input)) as Record<string, unknown> }
   } catch (error) {

@@ -4,8 +4,8 @@ import { ApiKeyParam, PageParams } from '../lib/pagination.ts'
 import { AccountParams } from '../accounts/schemas.ts'
 import { EVENT_TYPES } from '../hooks/event-types.ts'
 
-// E.164: a plus sign and up to 15 digits.
-const PhoneNumber = t.String({ pattern: '^\\+[1-9][0-9]{6,14}$', description: 'An E.164 number, e.g. +14155550123.' })
+// E.164: a plus sign and up to 15 digits. Also what a subscription's filter holds (src/hooks/schemas.ts).
+export const PhoneNumber = t.String({ pattern: '^\\+[1-9][0-9]{6,14}$', description: 'An E.164 number, e.g. +14155550123.' })
 const MessageText = PersonText({ minLength: 1, maxLength: 1600 })
 
 export const SendMessageBody = t.Object({ to: PhoneNumber, body: MessageText }, { additionalProperties: false, title: 'SendMessageRequest' })

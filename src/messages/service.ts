@@ -110,10 +110,10 @@ export function createMessageSettler(db: Database): MessageSettler {
               update messages m set status = i.status, error = i.error, updated_at = i.updated_at
               from input i
               where m.id = i.message_id and m.status = 'queued'
-              returning m.id, m.account_id
+              returning m.id, m.account_id, m.contact
             ),
             stored_events as (
-              select i.event_id as id, s.account_id, i.event_type as type, i.payload
+              select i.event_id as id, s.account_id, i.event_type as type, i.payload, s.contact
               from input i join settled s on s.id = i.message_id
             )${storeEventsAndDeliveries}`,
       )
@@ -205,7 +205,8 @@ export async function receiveInboundMessage(
           returning account_id
         ),
         stored_events as (
-          select ${pending.id}::text as id, account_id, ${pending.type}::text as type, ${pending.payload}::text as payload from stored_message
+          select ${pending.id}::text as id, account_id, ${pending.type}::text as type, ${pending.payload}::text as payload, ${input.from}::text as contact
+          from stored_message
         )${storeEventsAndDeliveries}`,
   )
   if (Number(row?.delivery_count ?? 0) > 0) deps.deliveriesQueued()

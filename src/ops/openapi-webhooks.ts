@@ -1,5 +1,6 @@
 import type { openapi } from '@elysiajs/openapi'
 import { eventCatalog } from '../hooks/event-catalog.ts'
+import { FILTER_KEYS } from '../hooks/event-types.ts'
 
 // The OpenAPI 3.1 types the plugin's `documentation` option takes (from openapi-types).
 type Documentation31 = Extract<NonNullable<NonNullable<Parameters<typeof openapi>[0]>['documentation']>, { webhooks?: unknown }>
@@ -55,7 +56,7 @@ export function webhookDocumentation(catalog = eventCatalog()): { webhooks: Webh
       post: {
         operationId: `webhook${pascalCase(type)}`,
         summary: description,
-        description: `${description} Sent to each subscription to \`${type}\` as one POST per event to its \`target_url\`, signed with the Standard Webhooks headers. The body is the event object, the same JSON that \`GET /v0/account/{account_id}/events\` lists.`,
+        description: `${description} Sent to each subscription to \`${type}\` whose \`filter\`, if it has one, holds the message's \`${FILTER_KEYS[type]}\`, as one POST per event to its \`target_url\`, signed with the Standard Webhooks headers. The body is the event object, the same JSON that \`GET /v0/account/{account_id}/events\` lists.`,
         parameters: WEBHOOK_HEADERS,
         requestBody: {
           required: true,

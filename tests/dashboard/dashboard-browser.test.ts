@@ -162,6 +162,45 @@ test.if(runs)('a failed delivery is retried from the page and succeeds', async (
   await screenshot('webhook-deliveries')
 })
 
+test.if(runs)('a filter: typed as numbers on create, shown on the page, changed and removed in the settings; a bad number is named', async () => {
+  await page.getByRole('link', { name: 'Webhooks', exact: true }).first().click()
+  await page.getByRole('link', { name: 'New webhook' }).click()
+  // The label names whom the event type filters on.
+  await page.selectOption('#event', 'message.inbound')
+  await page.getByLabel('Only these senders (optional)').waitFor()
+  await page.selectOption('#event', 'message.delivered')
+  await page.getByLabel('Only these recipients (optional)').waitFor()
+  await page.fill('#target_url', `${receiver.origin}/filtered`)
+  await page.fill('#filter', '+14155550101,\n +14155550102\n')
+  await page.getByRole('button', { name: 'Create webhook' }).click()
+  await page.getByRole('link', { name: 'Open the webhook' }).click()
+  await page.locator('#filter-fact').waitFor()
+  expect(await page.textContent('#filter-fact')).toBe('only recipients +14155550101, +14155550102')
+  expect(await page.inputValue('#edit-filter')).toBe('+14155550101\n+14155550102')
+  expect(await seriousAccessibilityViolations()).toEqual([])
+
+  await page.fill('#edit-filter', '+14155550103')
+  await page.getByRole('button', { name: 'Save' }).click()
+  await page.getByText('Saved. The signing secret is unchanged.').waitFor()
+  expect(await page.textContent('#filter-fact')).toBe('only recipients +14155550103')
+
+  await page.fill('#edit-filter', 'call me')
+  await page.getByRole('button', { name: 'Save' }).click()
+  const alert = page.locator('[role=alert]')
+  await alert.waitFor()
+  expect(await alert.textContent()).toContain('/filter/to/0')
+  expect(await page.textContent('#filter-fact')).toBe('only recipients +14155550103')
+
+  await page.fill('#edit-filter', '')
+  await page.getByRole('button', { name: 'Save' }).click()
+  await page.getByText('none: every message.delivered event').waitFor()
+  const hookId = new URL(page.url()).hash.split('/').pop()!
+  const hook = (await (await server.fetch(`/v0/account/${fixture.accountId}/hooks/${hookId}?key=${fixture.apiKey}`)).json()) as { filter: unknown }
+  expect(hook.filter).toBeNull()
+  // The tests after this one count the webhooks they made.
+  expect((await server.fetch(`/v0/account/${fixture.accountId}/hooks/${hookId}?key=${fixture.apiKey}`, { method: 'DELETE' })).status).toBe(204)
+})
+
 test.if(runs)('edit, pause and resume a webhook, rotate its secret, then delete it after confirming', async () => {
   await page.goto('about:blank')
   await page.goto(`${server.origin}/dashboard${okHookPath}`)

@@ -80,6 +80,17 @@ describe('tools/list', () => {
     expect(property(hook, 'event')).toEqual({ type: 'string', enum: ['message.delivered', 'message.failed', 'message.inbound'] })
   })
 
+  test('the filter: one schema (HookFilter) in create_webhook and update_webhook, null beside it where it can be removed or absent', async () => {
+    const tools = Object.fromEntries((await listedTools()).map((tool) => [tool.name, tool]))
+    const contacts = { type: 'array', minItems: 1, maxItems: 10, uniqueItems: true, items: expect.objectContaining({ type: 'string', pattern: '^\\+[1-9][0-9]{6,14}$' }) }
+    const filter = property(tools.create_webhook!.inputSchema, 'filter')
+    expect(filter).toMatchObject({ type: 'object', additionalProperties: false, minProperties: 1, maxProperties: 1, properties: { to: contacts, from: contacts } })
+    expect(filter.required).toBeUndefined()
+    expect(property(tools.update_webhook!.inputSchema, 'filter').anyOf).toEqual([filter, { type: 'null' }])
+    expect((property(tools.get_webhook!.outputSchema, 'filter').anyOf as Node[])[1]).toEqual({ type: 'null' })
+    expect(tools.get_webhook!.outputSchema.required).toContain('filter')
+  })
+
   test('what tools/list sends is what the tools check: TOOLS[…] through toJsonSchema', async () => {
     for (const tool of await listedTools()) {
       const defined = TOOLS.find((candidate) => candidate.name === tool.name)!

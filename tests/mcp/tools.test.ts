@@ -78,8 +78,8 @@ const restJson = async (owner: Owner, method: string, path: string, body?: unkno
 }
 
 /** A message.inbound event for the account (every message.inbound subscription of it gets one: tell them apart by path). */
-async function inbound(owner: Owner, text: string): Promise<string> {
-  const response = await rest(owner, 'POST', '/sandbox/inbound', { from: '+447700900900', body: text })
+async function inbound(owner: Owner, text: string, from = '+447700900900'): Promise<string> {
+  const response = await rest(owner, 'POST', '/sandbox/inbound', { from, body: text })
   expect(response.status).toBe(201)
   return ((await response.json()) as { id: string }).id
 }
@@ -129,7 +129,7 @@ describe('tools/list: the new tools as an agent discovers them', () => {
     expect(listed('get_delivery').description).toContain('hooks:read')
 
     expect(listed('update_webhook').inputSchema.required).toEqual(['hook_id'])
-    expect(Object.keys(listed('update_webhook').inputSchema.properties!).sort()).toEqual(['hook_id', 'rate_limit_per_s', 'status', 'target_url'])
+    expect(Object.keys(listed('update_webhook').inputSchema.properties!).sort()).toEqual(['filter', 'hook_id', 'rate_limit_per_s', 'status', 'target_url'])
     expect(listed('test_webhook').inputSchema.required).toEqual(['hook_id'])
     expect(listed('get_delivery').inputSchema.required).toEqual(['delivery_id'])
     expect(listed('retry_delivery').inputSchema.required).toEqual(['delivery_id'])
@@ -191,7 +191,7 @@ describe('update_webhook', () => {
   test('no change, status "disabled", rate 0, an http URL to a public host: tool errors with the problem PATCH answers; nothing changes', async () => {
     const hook = await subscribe('/patch-errors')
     const noChange = await agent.fails('update_webhook', { hook_id: hook.id })
-    expect(noChange).toMatchObject({ status: 422, code: 'validation_failed', errors: [{ path: '/', message: 'give at least one change: target_url, status or rate_limit_per_s' }] })
+    expect(noChange).toMatchObject({ status: 422, code: 'validation_failed', errors: [{ path: '/', message: 'give at least one change: target_url, status, rate_limit_per_s or filter' }] })
     const cases: [Record<string, unknown>, string][] = [
       [{ status: 'disabled' }, '/status'],
       [{ rate_limit_per_s: 0 }, '/rate_limit_per_s'],
@@ -361,6 +361,59 @@ describe('list_deliveries, get_delivery, retry_delivery', () => {
   })
 })
 
+describe('filter', () => {
+  test('create_webhook takes a filter and answers it, only its contacts are delivered; update_webhook sets it, keeps it when left out and clears it with null, as REST reads it', async () => {
+    const hook = await agent.ok('create_webhook', { event: 'message.inbound', target_url: `${receiver.origin}/mcp-filtered`, filter: { from: ['+447700900901'] } })
+    expect(hook).toMatchObject({ filter: { from: ['+447700900901'] }, secret: expect.stringMatching(/^whsec_/) })
+    expect((await agent.ok('get_webhook', { hook_id: hook.id })).filter).toEqual({ from: ['+447700900901'] })
+    const control = await subscribe('/mcp-filter-control')
+
+    const wanted = await inbound(alice, 'in the filter', '+447700900901')
+    const unwanted = await inbound(alice, 'not in the filter')
+    // Both reached the unfiltered subscription, so every delivery row of them is committed.
+    await receiver.waitFor(() => arrivedFor(wanted, '/mcp-filter-control').length === 1 && arrivedFor(unwanted, '/mcp-filter-control').length === 1)
+    await receiver.waitFor(() => arrivedFor(wanted, '/mcp-filtered').length === 1)
+    expect(onPath('/mcp-filtered').map(messageIdOf)).toEqual([wanted])
+    expect(await deliveriesOf(hook.id)).toHaveLength(1)
+    expect(control.id).not.toBe(hook.id)
+
+    expect((await agent.ok('update_webhook', { hook_id: hook.id, filter: { from: ['+447700900900', '+447700900901'] } })).filter).toEqual({ from: ['+447700900900', '+447700900901'] })
+    expect(await agent.ok('update_webhook', { hook_id: hook.id, status: 'paused' })).toMatchObject({ status: 'paused', filter: { from: ['+447700900900', '+447700900901'] } })
+    expect((await restJson(alice, 'GET', `/hooks/${hook.id}`)).body.filter).toEqual({ from: ['+447700900900', '+447700900901'] })
+    expect((await agent.ok('update_webhook', { hook_id: hook.id, filter: null })).filter).toBeNull()
+    expect((await restJson(alice, 'GET', `/hooks/${hook.id}`)).body.filter).toBeNull()
+    expect((await agent.ok('list_webhooks', { limit: 100 })).data.find((item: { id: string }) => item.id === hook.id).filter).toBeNull()
+  })
+
+  test('a bad filter is a tool error with the problem REST answers, its path inside the filter; nothing is made or changed', async () => {
+    const hook = await subscribe('/mcp-filter-errors')
+    const eleven = Array.from({ length: 11 }, (_, i) => `+4477009001${String(i).padStart(2, '0')}`)
+    const cases: [unknown, string][] = [
+      [{ to: ['+14155550123'] }, '/filter/to'],
+      [{ from: ['+447700900901', 'nope'] }, '/filter/from/1'],
+      [{ from: ['+447700900901', '+447700900901'] }, '/filter/from'],
+      [{ from: eleven }, '/filter/from'],
+      [{ from: [] }, '/filter/from'],
+      [{}, '/filter'],
+      [{ from: ['+447700900901'], cc: ['+447700900902'] }, '/filter/cc'],
+    ]
+    const withoutRequestId = ({ request_id: _, ...problem }: ToolProblem) => problem
+    for (const [filter, path] of cases) {
+      const updated = await agent.fails('update_webhook', { hook_id: hook.id, filter })
+      expect(updated).toMatchObject({ status: 422, code: 'validation_failed' })
+      expect(updated.errors!.map((error) => error.path)).toContain(path)
+      expect(withoutRequestId(updated)).toEqual(withoutRequestId((await restJson(alice, 'PATCH', `/hooks/${hook.id}`, { filter })).body))
+
+      const create = { event: 'message.inbound', target_url: `${receiver.origin}/mcp-filter-refused`, filter }
+      const created = await agent.fails('create_webhook', create)
+      expect(created.errors!.map((error) => error.path)).toContain(path)
+      expect(withoutRequestId(created)).toEqual(withoutRequestId((await restJson(alice, 'POST', '/hooks', create)).body))
+    }
+    expect((await agent.ok('get_webhook', { hook_id: hook.id })).filter).toBeNull()
+    expect((await agent.ok('list_webhooks', { limit: 100 })).data.map((item: { target_url: string }) => item.target_url)).not.toContain(`${receiver.origin}/mcp-filter-refused`)
+  })
+})
+
 describe("another account's resources", () => {
   test("its hook id for update_webhook and test_webhook, its delivery id for get_delivery and retry_delivery: 404 not_found, and nothing of it changes", async () => {
     const bob = await flowFixture(server)
@@ -373,7 +426,7 @@ describe("another account's resources", () => {
       (row) => row?.state === 'succeeded',
     )
 
-    for (const changes of [{ status: 'paused' }, { target_url: `${receiver.origin}/hijacked` }, { rate_limit_per_s: 1 }]) {
+    for (const changes of [{ status: 'paused' }, { target_url: `${receiver.origin}/hijacked` }, { rate_limit_per_s: 1 }, { filter: { from: ['+447700900999'] } }, { filter: { to: ['+447700900999'] } }]) {
       expect(await agent.fails('update_webhook', { hook_id: theirs.id, ...changes })).toMatchObject({ status: 404, code: 'not_found' })
     }
     expect(await agent.fails('test_webhook', { hook_id: theirs.id })).toMatchObject({ status: 404, code: 'not_found' })
@@ -383,7 +436,7 @@ describe("another account's resources", () => {
 
     // Bob's subscription and delivery are as they were (a retry would have made it pending at once).
     const hook = await restJson(bob, 'GET', `/hooks/${theirs.id}`)
-    expect(hook.body).toMatchObject({ status: 'active', target_url: `${receiver.origin}/theirs`, rate_limit_per_s: null })
+    expect(hook.body).toMatchObject({ status: 'active', target_url: `${receiver.origin}/theirs`, rate_limit_per_s: null, filter: null })
     const detail = await restJson(bob, 'GET', `/deliveries/${delivery.id}`)
     expect(detail.body).toMatchObject({ state: 'succeeded', attempts: 1 })
     expect(detail.body.attempt_log).toHaveLength(1)

@@ -97,6 +97,16 @@ describe('the OpenAPI document', () => {
     expect(document.components.schemas.Hook.properties.rate_limit_per_s).toEqual(expect.objectContaining({ type: ['integer', 'null'] }))
     expect(document.components.schemas.Hook.properties.status.default).toBeUndefined()
     expect(document.components.schemas.CreateHookRequest.properties.rate_limit_per_s).toEqual(expect.objectContaining({ type: 'integer', minimum: 1, maximum: 10000 }))
+    // The subscription filter is one schema wherever it appears, nullable where it can be absent or removed.
+    const filterRef = { $ref: '#/components/schemas/HookFilter' }
+    expect(document.components.schemas.HookFilter).toMatchObject({ type: 'object', additionalProperties: false, minProperties: 1, maxProperties: 1 })
+    expect(document.components.schemas.HookFilter.properties.to).toMatchObject({ type: 'array', minItems: 1, maxItems: 10, uniqueItems: true, items: { type: 'string', pattern: '^\\+[1-9][0-9]{6,14}$' } })
+    expect(document.components.schemas.CreateHookRequest.properties.filter).toEqual(filterRef)
+    // Where it may be null, @elysiajs/openapi writes it inline as `type: ["object", "null"]`, as it does `rate_limit_per_s`.
+    const { type: _object, ...filter } = document.components.schemas.HookFilter
+    expect(document.components.schemas.UpdateHookRequest.properties.filter).toEqual({ ...filter, type: ['object', 'null'] })
+    expect(document.components.schemas.Hook.properties.filter).toEqual({ ...filter, type: ['object', 'null'] })
+    expect(document.components.schemas.Hook.required).toContain('filter')
     const limit = (operation('listHooks').parameters as Json[]).find((parameter) => parameter.name === 'limit')!
     expect(limit.schema).toEqual(expect.objectContaining({ type: 'integer', minimum: 1, maximum: 100, default: 20 }))
   })

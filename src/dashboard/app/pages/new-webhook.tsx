@@ -2,7 +2,8 @@ import { useState } from 'preact/hooks'
 import { api, idempotencyKey } from '../api.ts'
 import { ErrorNotice, PageHeading, SecretOnce, useAction, useLoad } from '../components.tsx'
 import { hrefOf } from '../navigation.ts'
-import type { CreatedHook, EventType } from '../types.ts'
+import { filterFor, filteredContacts } from '../filter.ts'
+import type { CreatedHook, EventType, Hook } from '../types.ts'
 
 export function NewWebhookPage({ accountId }: { accountId: string }) {
   const eventTypes = useLoad(() => api<{ data: EventType[] }>('GET', '/event-types'), [])
@@ -10,16 +11,21 @@ export function NewWebhookPage({ accountId }: { accountId: string }) {
   const [created, setCreated] = useState<CreatedHook | null>(null)
   // One key per filled-in form: a double submit or a retry after a network error creates one webhook.
   const [attemptKey, setAttemptKey] = useState(idempotencyKey)
+  // The filter's label follows the event chosen: its key is the recipient for outcomes, the sender for inbound messages.
+  const [picked, setPicked] = useState<Hook['event'] | null>(null)
+  const chosenEvent = picked ?? eventTypes.data?.data[0]?.type ?? 'message.delivered'
 
   const submit = (event: SubmitEvent) => {
     event.preventDefault()
     const form = new FormData(event.currentTarget as HTMLFormElement)
     const secret = String(form.get('secret') ?? '').trim()
+    const type = String(form.get('event')) as Hook['event']
+    const filter = filterFor(type, String(form.get('filter') ?? ''))
     void create.run(async () => {
       const hook = await api<CreatedHook>(
         'POST',
         `/account/${accountId}/hooks`,
-        { event: form.get('event'), target_url: String(form.get('target_url') ?? '').trim(), ...(secret ? { secret } : {}) },
+        { event: type, target_url: String(form.get('target_url') ?? '').trim(), ...(secret ? { secret } : {}), ...(filter ? { filter } : {}) },
         { 'idempotency-key': attemptKey },
       )
       setCreated(hook)
@@ -52,7 +58,7 @@ export function NewWebhookPage({ accountId }: { accountId: string }) {
       <form class="card" onSubmit={submit} aria-describedby="new-webhook-help">
         <p id="new-webhook-help">We send a signed POST to your endpoint each time the event happens, and retry until it answers 2xx.</p>
         <label for="event">Event</label>
-        <select id="event" name="event" required>
+        <select id="event" name="event" required onChange={(change) => setPicked((change.currentTarget as HTMLSelectElement).value as Hook['event'])}>
           {(eventTypes.data?.data ?? []).map((type) => (
             <option key={type.type} value={type.type}>
               {type.type}: {type.description}
@@ -62,6 +68,11 @@ export function NewWebhookPage({ accountId }: { accountId: string }) {
         <ErrorNotice error={eventTypes.error} action="Loading the event types" />
         <label for="target_url">Endpoint URL</label>
         <input id="target_url" name="target_url" type="url" inputMode="url" required maxLength={2048} placeholder="https://example.com/webhooks" autoComplete="off" />
+        <label for="filter">Only these {filteredContacts(chosenEvent)} (optional)</label>
+        <textarea id="filter" name="filter" rows={3} autoComplete="off" spellcheck={false} placeholder="+14155550123, +14155550124" aria-describedby="filter-help" />
+        <p class="hint" id="filter-help">
+          Up to 10 numbers in E.164 form, separated by commas or line breaks. Empty: every event of this type.
+        </p>
         <details>
           <summary>Use a signing secret of your own (optional)</summary>
           <label for="secret">Signing secret</label>

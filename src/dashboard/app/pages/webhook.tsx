@@ -3,6 +3,7 @@ import { api, idempotencyKey } from '../api.ts'
 import { ConfirmButton, EmptyState, ErrorNotice, LoadMore, Notice, PageHeading, SecretOnce, StatusBadge, Time, useAction, useLoad, usePages } from '../components.tsx'
 import { describeAttempt } from '../format.ts'
 import { hrefOf, navigate } from '../navigation.ts'
+import { contactsOf, filterFor, filteredContacts } from '../filter.ts'
 import type { Delivery, DeliveryDetail, Hook, Page, RotatedHook, TestResult } from '../types.ts'
 
 const DELIVERY_STATES = ['pending', 'succeeded', 'failed', 'canceled'] as const
@@ -178,6 +179,7 @@ function EditForm({ accountId, hook, onSaved }: { accountId: string; hook: Hook;
       const updated = await api<Hook>('PATCH', `/account/${accountId}/hooks/${hook.id}`, {
         target_url: String(form.get('target_url') ?? '').trim(),
         rate_limit_per_s: limit === '' ? null : Number(limit),
+        filter: filterFor(hook.event, String(form.get('filter') ?? '')),
       })
       setSaved(true)
       onSaved(updated)
@@ -192,6 +194,11 @@ function EditForm({ accountId, hook, onSaved }: { accountId: string; hook: Hook;
       <input id="edit-rate-limit" name="rate_limit_per_s" type="number" min={1} max={10000} step={1} value={hook.rate_limit_per_s ?? ''} aria-describedby="rate-limit-help" />
       <p class="hint" id="rate-limit-help">
         Empty: as fast as your endpoint answers well.
+      </p>
+      <label for="edit-filter">Only these {filteredContacts(hook.event)}</label>
+      <textarea id="edit-filter" name="filter" rows={3} autoComplete="off" spellcheck={false} value={contactsOf(hook.filter).join('\n')} aria-describedby="filter-help" />
+      <p class="hint" id="filter-help">
+        Up to 10 numbers in E.164 form, separated by commas or line breaks. Empty: every event of this type.
       </p>
       <div class="actions">
         <button type="submit" class="primary" disabled={save.busy}>
@@ -270,6 +277,8 @@ export function WebhookPage({ accountId, hookId, flash }: { accountId: string; h
         <dd>
           <StatusBadge status={current.status} /> {current.disabled_reason && <span>{current.disabled_reason}</span>}
         </dd>
+        <dt>Filter</dt>
+        <dd id="filter-fact">{current.filter ? `only ${filteredContacts(current.event)} ${contactsOf(current.filter).join(', ')}` : `none: every ${current.event} event`}</dd>
         <dt>Rate limit</dt>
         <dd>{current.rate_limit_per_s === null ? 'none' : `${current.rate_limit_per_s} per second`}</dd>
         <dt>Circuit</dt>
