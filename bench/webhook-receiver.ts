@@ -5,7 +5,8 @@
 // ports the control port tells it to. Every POST is answered 204 at once, except:
 //   - /delay/<ms>/…: after <ms> ms (a slow receiver);
 //   - /hang/…: never, while "hanging" is on (a receiver that accepts and never answers; the
-//     listeners have no idle timeout); POST /heal turns it off and answers the held requests 503.
+//     listeners have no idle timeout); POST /heal turns it off and answers the held requests whose
+//     sender still waits (204, counted).
 // Counted per group, the first path segment after any /delay/<ms> (/g/17 and /g/18 are group g):
 // answers, distinct (path, webhook-id) pairs, first and last receipt (epoch ms), and send
 // latency = receipt − the send time bench/webhooks.ts writes as the message text, "t=<epoch ms>",
@@ -41,7 +42,7 @@ interface Tally {
 let groups = new Map<string, Tally>()
 let since = 0
 let hanging = true
-let held: Array<(response: Response) => void> = []
+let held: Array<() => void> = []
 
 function tally(name: string): Tally {
   let t = groups.get(name)
@@ -58,7 +59,9 @@ async function receive(request: Request): Promise<Response> {
   const t = tally(group)
   if (group === 'hang' && hanging) {
     t.hung++
-    return new Promise<Response>((resolve) => held.push(resolve))
+    await new Promise<void>((resolve) => held.push(resolve))
+    // Healed: answered like any other, unless the sender has given up on it meanwhile.
+    if (request.signal.aborted) return new Response(null, { status: 503 })
   }
   if (delay) await Bun.sleep(Math.min(60_000, Number(delay)))
   const sentAt = Number(SENT_AT.exec(body)?.[1] ?? Number.NaN)
@@ -84,7 +87,7 @@ const control = Bun.serve({
       listeners.push(Bun.serve({ port: Number(url.searchParams.get('port')), hostname: '127.0.0.1', tls, idleTimeout: 0, fetch: receive }))
     } else if (post && url.pathname === '/heal') {
       hanging = false
-      for (const resolve of held) resolve(new Response('healed; try again', { status: 503 }))
+      for (const resolve of held) resolve()
       held = []
     } else if (post && url.pathname === '/reset') {
       groups = new Map()
