@@ -19,7 +19,7 @@ import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
 import type { Subprocess } from 'bun'
 import postgres from 'postgres'
 
-export const ROOT = fileURLToPath(new URL('..', import.meta.url))
+const ROOT = fileURLToPath(new URL('..', import.meta.url))
 export const BUN = process.execPath
 
 class BenchError extends Error {}
