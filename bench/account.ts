@@ -1,135 +1,149 @@
 #!/usr/bin/env bun
 /**
- * Throughput of `GET /v0/account` on our real server (`bun src/main.ts`), with an API key
- * (`?key=`) and with a bearer token (`Authorization: Bearer`, from the OAuth flow), against a bare
- * `Bun.serve` hello-world (bench/bare-server.ts), measured in one run, with wrk, on loopback.
- * Issue 11's target: both at LOG_LEVEL=info (the default) ≥ 0.5 of bare.
+ * `GET /v0/account` on our real server (`bun src/main.ts`), with an API key (`?key=`) and with a
+ * bearer token (from the real OAuth flow over HTTP), against a bare `Bun.serve` hello-world
+ * (bench/bare-server.ts), with wrk on loopback. Target: at LOG_LEVEL=info (the default) ≥ 0.5
+ * of bare's requests/s.
  *
- *   bun bench/account.ts                 # PostgreSQL on 127.0.0.1:5432 (a fresh database, dropped at the end)
- *   bun bench/account.ts --db pglite     # PGlite in a fresh temporary DATA_DIR (removed at the end)
+ *   bun bench/account.ts                 # or bun run bench:account; PostgreSQL on 127.0.0.1:5432 (a fresh database)
+ *   bun bench/account.ts --db pglite     # PGlite in a fresh temporary DATA_DIR
  *
- * Options: --rounds 3 (bare, then our server at LOG_LEVEL=info, then at warn, repeated; medians
- * are reported), --duration 10 (seconds measured per phase), --warmup 3, --connections 64,
- * --threads 2, --skip-healthz (do not also load /healthz through our server), --skip-bearer,
- * --pg-url <admin URL> (default postgres://postgres@127.0.0.1:5432/postgres, or $BENCH_PG_URL;
- * loopback only).
+ * Each round: bare, then our server at LOG_LEVEL=info, then at warn (request logging off), each
+ * alone in its own process; medians over the rounds. Next to req/s: the server's CPU per request
+ * (from /proc), which moves much less than req/s, and the cores other processes used meanwhile.
+ * API_RATE_LIMIT=100000: every request goes through the limiter, none is refused.
  *
- * The bearer token comes from the real HTTP flow (README, "OAuth in five steps"): one client
- * registered per run (POST /v0/auth/register), then for each server POST /v0/auth/login,
- * /v0/auth/authorize with a PKCE challenge and /v0/auth/token.
- *
- * Each server runs alone, in its own child process; wrk is a third process. Every phase is
- * bounded in time, and everything this script starts (processes, database, temporary files) is
- * stopped or removed on the way out, on errors and on Ctrl-C too. Exit code 1 on any error,
- * including a non-2xx response or a socket error under load.
+ * Options: --rounds 3, --duration 10 (s measured per phase), --warmup 3, --connections 64,
+ * --threads 2, --skip-healthz, --skip-bearer, --pg-url <admin URL> (default
+ * postgres://postgres@127.0.0.1:5432/postgres or $BENCH_PG_URL; loopback only).
+ * Everything is stopped and removed on the way out; exit code 1 on any error (a non-2xx under load).
  */
+import { createHash, randomBytes } from 'node:crypto'
 import {
-  combine,
-  comparisonCommandLine,
-  compareWithBare,
-  createDemo,
-  expectStatus,
-  fail,
-  fmtFixed,
-  printComparison,
-  oauthAccessToken,
-  printProblems,
-  redactTokens,
-  registerOAuthClient,
-  runMain,
-  wrkPhase,
-  type LogLevel,
-  type Outcome,
-  type Server,
+  BUN, DEFAULT_PG_URL, childEnv, commandLine, expectStatus, fail, fmtFixed, fmtInt, fmtMs, freePort, median, printMachine, printProblems,
+  printTable, redact, runCommand, runMain, serverProblems, startServer, startService, stopChild, storage, tempDir, verdict, wrk, wrkVersion,
+  type Server, type WrkResult,
 } from './harness.ts'
 
-const { cli, settings } = comparisonCommandLine(import.meta.url, { rounds: '3' }, redactTokens, {
+const cli = commandLine(import.meta.url, {
+  db: { type: 'string', default: 'postgres' },
+  rounds: { type: 'string', default: '3' },
+  duration: { type: 'string', default: '10' },
+  warmup: { type: 'string', default: '3' },
+  connections: { type: 'string', default: '64' },
+  threads: { type: 'string', default: '2' },
   'skip-healthz': { type: 'boolean', default: false },
   'skip-bearer': { type: 'boolean', default: false },
+  'pg-url': { type: 'string', default: process.env.BENCH_PG_URL ?? DEFAULT_PG_URL },
 })
-const { db: DB, rounds: ROUNDS, load: LOAD } = settings
-const SKIP_HEALTHZ = cli.flag('skip-healthz')
-const SKIP_BEARER = cli.flag('skip-bearer')
+const DB = cli.choice('db', ['postgres', 'pglite'])
+const ROUNDS = cli.integer('rounds', 1, 10)
+const LOAD = { seconds: cli.integer('duration', 1, 120), threads: cli.integer('threads', 1, 64), connections: cli.integer('connections', 1, 1024) }
+const WARMUP = cli.integer('warmup', 0, 60)
+const PG_URL = cli.loopbackUrl(cli.string('pg-url'), '--pg-url')
 const TARGET = 0.5
-const RATE_LIMIT = '100000'
+const REDIRECT_URI = 'http://127.0.0.1:8765/callback'
 
 interface Demo {
   accountId: string
   secret: string
   user: { email: string; password: string }
-  /** The OAuth client registered for the run (none with --skip-bearer). */
   clientId: string | null
 }
 
-/** The demo account, its user and API key, made by the CLI; an OAuth client for the bearer token. */
-async function setup(server: Server): Promise<Demo> {
-  const demo = (await createDemo(server.env, redactTokens)) as { account?: { id?: string }; api_key?: { secret?: string }; user?: { email?: string; password?: string } }
-  if (!demo.api_key?.secret || !demo.account?.id) fail('bun src/cli.ts demo --json printed no .account.id or .api_key.secret')
-  if (!demo.user?.email || !demo.user.password) fail('bun src/cli.ts demo --json printed no .user.email/.user.password')
-  const clientId = SKIP_BEARER ? null : await registerOAuthClient(server.origin, 'bench/account.ts')
-  return { accountId: demo.account.id, secret: demo.api_key.secret, user: { email: demo.user.email, password: demo.user.password }, clientId }
+/** A bearer token from the OAuth flow: sign in, a PKCE authorization code, its token pair (README, "OAuth in five steps"). */
+async function accessToken(origin: string, demo: Demo): Promise<string> {
+  const base = `${origin}/v0`
+  const login = await expectStatus(200, 'POST', `${base}/auth/login`, { body: demo.user })
+  const verifier = randomBytes(48).toString('base64url')
+  const challenge = createHash('sha256').update(verifier).digest('base64url')
+  const authorize = { client_id: demo.clientId, redirect_uri: REDIRECT_URI, id_token: login.id_token, code_challenge: challenge, code_challenge_method: 'S256', state: 'bench' }
+  const { code } = await expectStatus(200, 'POST', `${base}/auth/authorize`, { body: authorize })
+  const exchange = { grant_type: 'authorization_code', code, client_id: demo.clientId, redirect_uri: REDIRECT_URI, code_verifier: verifier }
+  const tokens = await expectStatus(200, 'POST', `${base}/auth/token`, { body: exchange })
+  if (typeof tokens.access_token !== 'string') fail('POST /v0/auth/token answered no access_token')
+  return tokens.access_token
 }
 
-/** GET /v0/account?key=…, GET /v0/account with a bearer token, then /healthz, under wrk. */
-async function measure(server: Server, logLevel: LogLevel, demo: Demo): Promise<Outcome> {
-  const accountPath = `/v0/account?key=${encodeURIComponent(demo.secret)}`
-  const body = await expectStatus(200, 'GET', `${server.origin}${accountPath}`, `GET /v0/account?key=… (LOG_LEVEL=${logLevel})`, { redact: redactTokens })
-  if (body.id !== demo.accountId) fail(`GET /v0/account answered account ${body.id}, expected ${demo.accountId}`)
-  const outcomes = [await wrkPhase(`account, ${DB}, LOG_LEVEL=${logLevel}`, server, accountPath, LOAD)]
-  if (demo.clientId) {
-    const token = await oauthAccessToken(server.origin, demo.clientId, demo.user)
-    const headers = { authorization: `Bearer ${token}` }
-    const byBearer = await expectStatus(200, 'GET', `${server.origin}/v0/account`, `GET /v0/account with a bearer token (LOG_LEVEL=${logLevel})`, { headers, redact: redactTokens })
-    if (byBearer.id !== demo.accountId) fail(`GET /v0/account with a bearer token answered account ${byBearer.id}, expected ${demo.accountId}`)
-    outcomes.push(await wrkPhase(`bearer account, ${DB}, LOG_LEVEL=${logLevel}`, server, '/v0/account', { ...LOAD, headers: [`Authorization: Bearer ${token}`] }))
-  }
-  if (!SKIP_HEALTHZ) outcomes.push(await wrkPhase(`/healthz, ${DB}, LOG_LEVEL=${logLevel}`, server, '/healthz', LOAD))
-  return combine(outcomes)
+type Row = { label: string; result: WrkResult }
+
+/** `path` under wrk: a warm-up, then the measured run; prints its line. */
+async function load(label: string, server: Server, path: string, rows: Row[], problems: string[], headers?: string[]) {
+  process.stdout.write(`  ${label.padEnd(34)} `)
+  const options = { ...LOAD, headers, serverPid: server.proc.pid }
+  if (WARMUP > 0) await wrk(`${server.origin}${path}`, { ...options, seconds: WARMUP })
+  const r = await wrk(`${server.origin}${path}`, options)
+  const us = (r.cpu.seconds.server! / r.requests) * 1e6
+  console.log(`${fmtInt(r.rps).padStart(8)} req/s  p50 ${fmtMs(r.p50).padStart(8)}  p99 ${fmtMs(r.p99).padStart(8)}  server ${fmtFixed(us, 1)} µs CPU/req  other ${fmtFixed(r.cpu.seconds.other! / r.cpu.wall, 2)} cores`)
+  if (r.errors) problems.push(`${label}: ${r.errors} errors under load:\n${redact(r.raw)}`)
+  rows.push({ label, result: r })
 }
 
 async function main(): Promise<number> {
-  const { summary, problems } = await compareWithBare({
-    title: 'GET /v0/account (API key, bearer token) on our server vs a bare Bun.serve hello-world',
-    prefix: 'bench-account',
-    ...settings,
-    describe: (wrkName) => [
-      ['load', `${wrkName}: wrk -t${LOAD.threads} -c${LOAD.connections} -d${LOAD.duration}s --latency after a ${LOAD.warmup}s warm-up, on 127.0.0.1`],
-      ['rounds', `${ROUNDS} × (bare, ours at LOG_LEVEL=info, ours at LOG_LEVEL=warn); the table shows medians`],
-      ['servers', 'each alone, in its own child process (Bun.spawn); wrk is a third process on the same cores'],
-    ],
-    logging: [
-      ['logging', 'LOG_LEVEL=info: one JSON line per request on stdout, which goes to a file in /tmp;'],
-      ['', 'LOG_LEVEL=warn: request logging is off'],
-      ['limits', `API_RATE_LIMIT=${RATE_LIMIT}: every request is counted and answered with RateLimit headers, none refused`],
-    ],
-    // The rate limiter stays in the path being measured, set high enough never to refuse one wrk load.
-    serviceEnv: { API_RATE_LIMIT: RATE_LIMIT },
-    setup,
-    measure,
-  })
+  const workDir = tempDir('bench-account-')
+  const wrkName = await wrkVersion()
+  const store = await storage(DB, PG_URL, 'account')
+  printMachine([['load', `${wrkName}: -t${LOAD.threads} -c${LOAD.connections} -d${LOAD.seconds}s after ${WARMUP}s warm-up; ${ROUNDS} rounds, medians`], ['database', store.describe]])
+  const env = { ...store.env, API_RATE_LIMIT: '100000' }
+  const problems: string[] = []
 
-  console.log(`Results: ${ROUNDS > 1 ? `medians of ${ROUNDS} rounds` : 'one round'}, wrk -t${LOAD.threads} -c${LOAD.connections} -d${LOAD.duration}s`)
-  const bare = printComparison(summary, { postgresColumn: false })
-  console.log('"vs bare (CPU)" is the same comparison in CPU cost: bare server CPU per request / this server\'s.')
-  console.log('"other cores": CPU used meanwhile by processes this script did not start; above ~0.2 the figures are noisy.')
-  const busiest = Math.max(...summary.map((s) => s.maxOtherCores))
-  if (busiest > 0.2) console.log(`note: other processes used up to ${busiest.toFixed(2)} cores during a measured phase`)
-  console.log()
-  printProblems(problems)
+  // The demo account, user and API key (CLI), an OAuth client: once, on a server at warn.
+  const setup = await startService('setup', { ...env, LOG_LEVEL: 'warn' }, workDir)
+  const run = await runCommand([BUN, 'src/cli.ts', 'demo', '--json'], setup.env, 60_000)
+  if (run.code !== 0) fail(`bun src/cli.ts demo --json exited with ${run.code}:\n${redact(run.stderr + run.stdout)}`)
+  const out = JSON.parse(run.stdout)
+  const clientId = cli.flag('skip-bearer') ? null : (await expectStatus(201, 'POST', `${setup.origin}/v0/auth/register`, { body: { client_name: 'bench/account.ts', redirect_uris: [REDIRECT_URI] } })).client_id
+  const demo: Demo = { accountId: out.account.id, secret: out.api_key.secret, user: { email: out.user.email, password: out.user.password }, clientId }
+  await stopChild(setup.proc)
 
-  for (const [name, prefix] of [['account', 'account'], ...(SKIP_BEARER ? [] : [['bearer account', 'bearer account']])] as const) {
-    const info = summary.find((s) => s.label === `${prefix}, ${DB}, LOG_LEVEL=info`)!
-    const warn = summary.find((s) => s.label === `${prefix}, ${DB}, LOG_LEVEL=warn`)!
-    console.log(`${name}/bare ratio, ${DB}, LOG_LEVEL=warn (request logging off): ${fmtFixed(warn.rps / bare.rps, 2)}`)
-    console.log(`${name}/bare ratio in CPU per request, ${DB}, LOG_LEVEL=info: ${fmtFixed(bare.us / info.us, 2)}`)
-    const ratio = info.rps / bare.rps
-    if (DB === 'postgres') {
-      console.log(`${name}/bare ratio, LOG_LEVEL=info: ${fmtFixed(ratio, 2)} (target >= ${TARGET.toFixed(2)})${ratio >= TARGET ? ' met' : ' NOT MET'}`)
-    } else {
-      console.log(`${name}/bare ratio, LOG_LEVEL=info: ${fmtFixed(ratio, 2)} (PGlite; the >= ${TARGET.toFixed(2)} target is for PostgreSQL)`)
+  const rows: Row[] = []
+  for (let round = 1; round <= ROUNDS; round++) {
+    console.log(`round ${round}/${ROUNDS}`)
+    const port = freePort()
+    const bare = await startServer(`bare-${round}`, [BUN, 'bench/bare-server.ts'], childEnv({ PORT: String(port) }), port, '/', workDir)
+    await load('bare Bun.serve', bare, '/', rows, problems)
+    await stopChild(bare.proc)
+    for (const level of ['info', 'warn'] as const) {
+      const server = await startService(`server-${level}-${round}`, { ...env, LOG_LEVEL: level }, workDir)
+      const path = `/v0/account?key=${encodeURIComponent(demo.secret)}`
+      if ((await expectStatus(200, 'GET', `${server.origin}${path}`)).id !== demo.accountId) fail('GET /v0/account answered another account')
+      await load(`account, LOG_LEVEL=${level}`, server, path, rows, problems)
+      if (demo.clientId) {
+        const token = await accessToken(server.origin, demo)
+        await load(`bearer account, LOG_LEVEL=${level}`, server, '/v0/account', rows, problems, [`Authorization: Bearer ${token}`])
+      }
+      if (!cli.flag('skip-healthz')) await load(`/healthz, LOG_LEVEL=${level}`, server, '/healthz', rows, problems)
+      await stopChild(server.proc)
+      problems.push(...(await serverProblems(server)))
     }
   }
+
+  // Medians per configuration.
+  const labels = [...new Set(rows.map((r) => r.label))]
+  const med = labels.map((label) => {
+    const mine = rows.filter((r) => r.label === label).map((r) => r.result)
+    return {
+      label,
+      rps: median(mine.map((r) => r.rps)),
+      p50: median(mine.map((r) => r.p50)),
+      p99: median(mine.map((r) => r.p99)),
+      us: median(mine.map((r) => (r.cpu.seconds.server! / r.requests) * 1e6)),
+      other: Math.max(...mine.map((r) => r.cpu.seconds.other! / r.cpu.wall)),
+    }
+  })
+  const bare = med[0]!
+  console.log(`\nResults (${DB}): ${ROUNDS > 1 ? `medians of ${ROUNDS} rounds` : 'one round'}; "other" = the most cores other processes used in a phase (above ~0.2 the figures are noisy)`)
+  printTable([
+    ['configuration', 'req/s', 'vs bare', 'p50', 'p99', 'server µs CPU/req', 'vs bare (CPU)', 'other'],
+    ...med.map((m) => [m.label, fmtInt(m.rps), fmtFixed(m.rps / bare.rps, 2), fmtMs(m.p50), fmtMs(m.p99), fmtFixed(m.us, 1), fmtFixed(bare.us / m.us, 2), fmtFixed(m.other, 2)]),
+  ])
+  console.log()
+  for (const name of ['account', ...(demo.clientId ? ['bearer account'] : [])]) {
+    const ratio = med.find((m) => m.label === `${name}, LOG_LEVEL=info`)!.rps / bare.rps
+    console.log(`${name}/bare, LOG_LEVEL=info: ${fmtFixed(ratio, 2)} (target ≥ ${TARGET.toFixed(2)}${DB === 'pglite' ? ', for PostgreSQL' : ''}): ${verdict(ratio >= TARGET)}`)
+  }
+  printProblems(problems)
   return problems.length ? 1 : 0
 }
 
-await runMain('bench/account.ts', main)
+await runMain('bench/account.ts', main, (ROUNDS * 3 * 3 * (LOAD.seconds + WARMUP + 25) + 120) * 1000)

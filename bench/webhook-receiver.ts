@@ -1,142 +1,113 @@
-// The HTTPS webhook receiver for bench/webhooks.ts, in its own process so that it does not share
-// the measuring process's JavaScript thread. It answers every POST with 200 "ok" and counts.
+// The HTTPS webhook receiver of bench/webhooks.ts, its own process so that it does not share the
+// load generator's thread.   CONTROL_PORT=<http port> CERT_DIR=<dir> bun bench/webhook-receiver.ts
 //
-//   PORT=<https port> CONTROL_PORT=<http port> CERT_DIR=<dir with server.pem, server.key> bun bench/webhook-receiver.ts
-//
-// The HTTPS side listens on 127.0.0.1 with the certificate made by fixtures/tls.ts (localhost and
-// 127.0.0.1). A path /delay/<ms>/… is answered after <ms> milliseconds (at most 60,000): a slow
-// subscriber; every other path at once. For every request it notes the receipt time (epoch ms,
-// sub-ms precision, taken when the body has arrived, before any delay) and two latencies, found
-// without parsing the whole body:
-//   - event latency: receipt − the body's "timestamp" (an event's: set in the dispatch transaction);
-//   - send latency: receipt − the send time that bench/webhooks.ts writes into the message text,
-//     `"body":"t=<epoch ms>"`, which the event carries as data.message.body.
-// Everything is counted in total and per path (so /delay/2000/slow and /healthy are told apart).
-// The plain-HTTP control port (127.0.0.1 only) answers:
-//   GET  /stats              {count, unique, firstAt, lastAt, samples, stale, paths: {<path>: {count, unique, firstAt, lastAt, samples, stale}}}
-//                            (epoch ms; unique = distinct webhook-id)
-//   GET  /stats?samples=1    the same, plus latencies (event) and sendLatencies ([ms, …]) in total and per path
-//   POST /reset[?since=<ms>] forgets everything counted so far; with `since`, a body whose send time
-//                            is older than that (a delivery left over from an earlier phase) is
-//                            counted only as `stale` from now on
+// It listens with CERT_DIR's server.pem/server.key (fixtures/tls.ts: localhost, 127.0.0.1) on the
+// ports the control port tells it to. Every POST is answered 204 at once, except:
+//   - /delay/<ms>/…: after <ms> ms (a slow receiver);
+//   - /hang/…: never, while "hanging" is on (a receiver that accepts and never answers; the
+//     listeners have no idle timeout); POST /heal turns it off and answers the held requests whose
+//     sender still waits (204, counted).
+// Counted per group, the first path segment after any /delay/<ms> (/g/17 and /g/18 are group g):
+// answers, distinct (path, webhook-id) pairs, first and last receipt (epoch ms), and send
+// latency = receipt − the send time bench/webhooks.ts writes as the message text, "t=<epoch ms>",
+// which the event carries as data.message.body.
+// Control (plain HTTP, 127.0.0.1):
+//   POST /listen?port=N       also listen on N          POST /heal     stop hanging
+//   POST /reset[?since=ms]    forget all counts; bodies sent before `since` only count as `stale`
+//   GET  /stats[?samples=1]   {groups: {<group>: {count, unique, firstAt, lastAt, stale, hung, sendLatencies?}}}
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 
-const port = Number(process.env.PORT)
 const controlPort = Number(process.env.CONTROL_PORT)
 const certDir = process.env.CERT_DIR
-if (!port || !controlPort || !certDir) {
-  console.error('bench/webhook-receiver.ts: PORT, CONTROL_PORT and CERT_DIR are required')
+if (!controlPort || !certDir) {
+  console.error('bench/webhook-receiver.ts: CONTROL_PORT and CERT_DIR are required')
   process.exit(2)
 }
-
+const tls = { key: readFileSync(join(certDir, 'server.key'), 'utf8'), cert: readFileSync(join(certDir, 'server.pem'), 'utf8') }
 const now = () => performance.timeOrigin + performance.now()
 const MAX_SAMPLES = 500_000
-const MAX_DELAY_MS = 60_000
+const SENT_AT = /"body":"t=(\d+(?:\.\d+)?)/
+const GROUP = /^\/(?:delay\/(\d+)\/)?([^/?]*)/
 
 interface Tally {
   count: number
   stale: number
+  hung: number
   firstAt: number
   lastAt: number
-  ids: Set<string>
-  latencies: number[]
+  keys: Set<string>
   sendLatencies: number[]
 }
-
-const newTally = (): Tally => ({ count: 0, stale: 0, firstAt: 0, lastAt: 0, ids: new Set(), latencies: [], sendLatencies: [] })
-
-/** What arrived since the start or the last POST /reset, in total and per path. */
-let total = newTally()
-let paths = new Map<string, Tally>()
+let groups = new Map<string, Tally>()
 let since = 0
+let hanging = true
+let held: Array<() => void> = []
 
-// "timestamp":"2026-11-22T10:58:18.645Z" and "body":"t=1795000000000.123": found without parsing the whole body.
-const TIMESTAMP = /"timestamp":"([^"]{20,40})"/
-const SENT_AT = /"body":"t=(\d+(?:\.\d+)?)/
-const DELAY = /^\/delay\/(\d+)(?:\/|$)/
-
-function note(t: Tally, at: number, id: string | null, eventLatency: number, sendLatency: number) {
-  t.count++
-  if (t.firstAt === 0) t.firstAt = at
-  t.lastAt = at
-  if (id) t.ids.add(id)
-  if (Number.isFinite(eventLatency) && t.latencies.length < MAX_SAMPLES) t.latencies.push(eventLatency)
-  if (Number.isFinite(sendLatency) && t.sendLatencies.length < MAX_SAMPLES) t.sendLatencies.push(sendLatency)
+function tally(name: string): Tally {
+  let t = groups.get(name)
+  if (!t) groups.set(name, (t = { count: 0, stale: 0, hung: 0, firstAt: 0, lastAt: 0, keys: new Set(), sendLatencies: [] }))
+  return t
 }
 
-const receiver = Bun.serve({
-  port,
-  hostname: '127.0.0.1',
-  tls: { key: readFileSync(join(certDir, 'server.key'), 'utf8'), cert: readFileSync(join(certDir, 'server.pem'), 'utf8') },
-  // A slow answer must not be cut by the server's idle timeout (10 s by default).
-  idleTimeout: 120,
-  async fetch(request) {
-    const body = await request.text()
-    const at = now()
-    // The path without the query, from the request line's URL, without a URL object.
-    const url = request.url
-    const pathStart = url.indexOf('/', url.indexOf('//') + 2)
-    const queryStart = url.indexOf('?', pathStart)
-    const path = pathStart < 0 ? '/' : url.slice(pathStart, queryStart < 0 ? undefined : queryStart)
-
-    const sent = SENT_AT.exec(body)
-    const sentAt = sent ? Number(sent[1]) : Number.NaN
-    let tally = paths.get(path)
-    if (!tally) paths.set(path, (tally = newTally()))
-    if (since > 0 && sentAt < since) {
-      total.stale++
-      tally.stale++
-    } else {
-      const stamp = TIMESTAMP.exec(body)
-      const eventLatency = stamp ? at - Date.parse(stamp[1]!) : Number.NaN
-      const id = request.headers.get('webhook-id')
-      note(total, at, id, eventLatency, at - sentAt)
-      note(tally, at, id, eventLatency, at - sentAt)
-    }
-
-    const delay = DELAY.exec(path)
-    if (delay) await Bun.sleep(Math.min(MAX_DELAY_MS, Number(delay[1])))
-    return new Response('ok')
-  },
-})
-
-function summary(t: Tally, samples: boolean): Record<string, unknown> {
-  const out: Record<string, unknown> = { count: t.count, unique: t.ids.size, firstAt: t.firstAt, lastAt: t.lastAt, samples: t.latencies.length, stale: t.stale }
-  if (samples) {
-    out.latencies = t.latencies
-    out.sendLatencies = t.sendLatencies
+async function receive(request: Request): Promise<Response> {
+  const body = await request.text()
+  const at = now()
+  const url = request.url
+  const path = url.slice(url.indexOf('/', url.indexOf('//') + 2))
+  const [, delay, group = ''] = GROUP.exec(path) ?? []
+  const t = tally(group)
+  if (group === 'hang' && hanging) {
+    t.hung++
+    await new Promise<void>((resolve) => held.push(resolve))
+    // Healed: answered like any other, unless the sender has given up on it meanwhile.
+    if (request.signal.aborted) return new Response(null, { status: 503 })
   }
-  return out
+  if (delay) await Bun.sleep(Math.min(60_000, Number(delay)))
+  const sentAt = Number(SENT_AT.exec(body)?.[1] ?? Number.NaN)
+  if (since > 0 && !(sentAt >= since)) t.stale++
+  else {
+    t.count++
+    t.firstAt ||= at
+    t.lastAt = at
+    t.keys.add(`${path} ${request.headers.get('webhook-id')}`)
+    if (Number.isFinite(sentAt) && t.sendLatencies.length < MAX_SAMPLES) t.sendLatencies.push(at - sentAt)
+  }
+  return new Response(null, { status: 204 })
 }
 
+const listeners: ReturnType<typeof Bun.serve>[] = []
 const control = Bun.serve({
   port: controlPort,
   hostname: '127.0.0.1',
   fetch(request) {
     const url = new URL(request.url)
-    if (url.pathname === '/reset' && request.method === 'POST') {
-      total = newTally()
-      paths = new Map()
+    const post = request.method === 'POST'
+    if (post && url.pathname === '/listen') {
+      listeners.push(Bun.serve({ port: Number(url.searchParams.get('port')), hostname: '127.0.0.1', tls, idleTimeout: 0, fetch: receive }))
+    } else if (post && url.pathname === '/heal') {
+      hanging = false
+      for (const resolve of held) resolve()
+      held = []
+    } else if (post && url.pathname === '/reset') {
+      groups = new Map()
       since = Number(url.searchParams.get('since') ?? 0) || 0
-      return Response.json({ ok: true })
-    }
-    if (url.pathname === '/stats') {
+    } else if (url.pathname === '/stats') {
       const samples = url.searchParams.get('samples') === '1'
-      const perPath: Record<string, unknown> = {}
-      for (const [path, t] of paths) perPath[path] = summary(t, samples)
-      return Response.json({ ...summary(total, samples), paths: perPath })
-    }
-    return new Response('not found', { status: 404 })
+      const out: Record<string, unknown> = {}
+      for (const [name, t] of groups) {
+        out[name] = { count: t.count, unique: t.keys.size, firstAt: t.firstAt, lastAt: t.lastAt, stale: t.stale, hung: t.hung, ...(samples ? { sendLatencies: t.sendLatencies } : {}) }
+      }
+      return Response.json({ groups: out })
+    } else return new Response('not found', { status: 404 })
+    return Response.json({ ok: true })
   },
 })
 
-console.log(`webhook receiver: https://127.0.0.1:${receiver.port}, control http://127.0.0.1:${control.port}`)
-
 const shutdown = () => {
-  void receiver.stop(true)
-  void control.stop(true)
+  for (const listener of [control, ...listeners]) void listener.stop(true)
   process.exit(0)
 }
 process.on('SIGTERM', shutdown)
 process.on('SIGINT', shutdown)
+console.log(`webhook receiver: control http://127.0.0.1:${control.port}`)

@@ -1,677 +1,265 @@
 #!/usr/bin/env bun
 /**
- * Webhook delivery end to end, against issue 11's targets: messages sent through the real API
- * (`bun src/main.ts`, default settings, LOG_LEVEL left at its default, info), their
- * `message.delivered` events delivered by the server's delivery worker thread to a local HTTPS
- * receiver (bench/webhook-receiver.ts, its own process).
+ * Webhook delivery end to end: messages sent through the real API (`bun src/main.ts`, default
+ * settings unless a scenario says otherwise, LOG_LEVEL info), their events delivered by the
+ * server's delivery worker to a local HTTPS receiver in its own process (bench/webhook-receiver.ts,
+ * answering 204 at once). Its CA is trusted through NODE_EXTRA_CA_CERTS (as a public CA is);
+ * WEBHOOK_ALLOW_PRIVATE_TARGETS=true lets targets be on loopback; API_RATE_LIMIT=0 lets one API
+ * key send thousands of messages a second. POST …/messages load comes from the lean keep-alive
+ * client in bench/http-client.ts, closed loop (--concurrency requests outstanding) or open loop
+ * (a fixed rate).
  *
- *   bun bench/webhooks.ts                      # PostgreSQL; about 2 minutes, never more than 4; loopback only
- *   bun bench/webhooks.ts --database pglite    # the server on embedded PGlite (a temporary DATA_DIR); about 70 s
+ *   bun bench/webhooks.ts [--scenario basic] [--database postgres|pglite]
  *
- * Send → receipt. Every message's text is its send time, `t=<epoch ms>` (taken when the request
- * is handed to the load generator); the event carries it as data.message.body and the receiver
- * reports receipt − send per path, so two subscriptions of one account are told apart.
- * Deliveries/s = distinct events received / (last receipt − first send). A phase waits at most
- * --drain seconds after its last send; what has not arrived by then counts as an infinite
- * latency in the percentiles, and its subscriptions are deleted and made again (deleting a
- * subscription cancels its pending deliveries) so that the next phase starts clean.
+ * Every message's text is its send time, `t=<epoch ms>`; the event carries it, and the receiver
+ * reports send → receipt. Deliveries/s = distinct deliveries received / (last receipt − first
+ * send). A phase waits at most --drain seconds after its last send; what has not arrived counts
+ * as an infinite latency. Next to each phase: the CPU used meanwhile (server process, the
+ * PostgreSQL backends of the run's database, receiver, this load generator, every other process)
+ * in cores and in µs per delivery.
  *
- * Phases (PostgreSQL):
- *   0. load generator cost: POST …/messages-shaped requests at --rate-one/s for 3 s to a bare
- *      Bun.serve (bench/bare-server.ts, own process), from Bun fetch and from the lean client
- *      (bench/http-client.ts): µs of this process's CPU per request for each.
- *   1. raw ceiling: Bun fetch POSTs of an event-like ~600-byte body to the receiver over HTTPS,
- *      --concurrency at a time, for --raw-seconds: requests/s.
- *   2. one subscription, max: one account, one subscription; POST …/messages closed-loop,
- *      --concurrency requests outstanding, for --seconds: deliveries/s, p50/p95/p99 send → receipt.
- *   3. one subscription at the target rate: open loop, --rate-one messages/s for --rate-one-seconds
- *      (requests beyond --concurrency connections wait in the client, which counts in their send →
- *      receipt; whatever is still waiting 5 s after the schedule ends is dropped and reported):
- *      p99 send → receipt and delivered/s = (received − 1) / (last receipt − first receipt).
- *   4. fairness: one account with two subscriptions, /delay/<--slow-ms>/slow (the receiver
- *      answers after --slow-ms) and /healthy (at once); --fair-rate messages/s for --fair-seconds:
- *      the healthy one's p99 send → receipt, and how many the slow one received meanwhile.
- *   5. 32 subscriptions: --accounts accounts, one subscription each (/hook/<n>); closed loop as in 2.
- *   6. latency: one message every 1000/--rate ms for --latency-seconds over those accounts;
- *      receipt − the event's `timestamp` (set in the dispatch transaction: commit → receipt).
- *   7. full table: --rows delivered messages, events, deliveries and attempts inserted with
- *      generate_series, then phase 2 again; full / empty.
- *   With --diagnostics, also (before 7): the worker alone (--backlog pending deliveries inserted
- *   by SQL, then a NOTIFY) and the messages API alone (POST load on accounts without
- *   subscriptions, until every message is dispatched).
- * With --database pglite: phases 0, 2, 3 (at --rate-one-pglite/s), 4 and 6 (on the phase-2
- * account); no SQL access (the server holds the DATA_DIR), so no VACUUM, no pg_stat_activity, no
- * full table. Accounts and API keys come from `bun src/cli.ts` there, straight from the database
- * on PostgreSQL; subscriptions always through the API.
+ * Scenarios (--scenario):
+ *   basic   one subscription, closed loop for --seconds (deliveries/s, target ≥ 2,000; PGlite 500);
+ *           the same at --rate-one/s offered (PGlite 500) for --seconds (p99 < 250 ms); fairness:
+ *           one account with a subscription answering after --slow-ms and a healthy one, --fair-rate/s
+ *           for --fair-seconds (healthy p99 < 100 ms). About a minute.
+ *   storm   account A: --broken subscriptions to message.failed (default 1,000; PGlite 100), half at a
+ *           closed local port (refused), half at a listener that accepts and never answers; then
+ *           --failed-messages (200) of its messages fail (recipient ending 0000): broken × 200
+ *           deliveries. Meanwhile account B's one healthy subscription gets --storm-rate (100) messages/s
+ *           for --storm-seconds (20): its p50/p99 and delivered count (target p99 < 100 ms, PGlite
+ *           250, all delivered). Then the broken receivers recover (a healthy listener on the
+ *           closed port, the hanging one answers 204) and the bench waits up to --recover-seconds
+ *           (300) for every broken delivery. HOOKS_PER_ACCOUNT is raised to --broken.
+ *   growth  PostgreSQL. One server, one database, never reset: 1, 10, 100 subscriptions (one account),
+ *           then 10,000 (100 accounts × 100); --deliveries (20,000) per step, closed loop. Per step:
+ *           deliveries/s, p99, all delivered, and the claim statement's p99 from the metrics endpoint
+ *           (METRICS_PORT, histogram webhook_claim_duration_seconds; n/a when absent). Check:
+ *           10,000 ≥ 0.9 × 100. Bounded by --minutes (15).
+ *   fanout  one account, 100 subscriptions to message.delivered, --deliveries/100 messages:
+ *           deliveries/s (target ≥ 5,000).
+ *   rows    PostgreSQL. One subscription: closed loop on the empty database; then --rows (10,000,000)
+ *           events with one delivery and one attempt each (1 % failed, spread over the last 33 days)
+ *           inserted with generate_series; the closed loop again (full ≥ 0.9 × empty); GET
+ *           …/deliveries?state=failed and GET …/events?since= (one day ago), --requests (200) each,
+ *           one at a time (p99 < 50 ms); one run of the retention (src/delivery/retention.ts), timed.
+ *           Unless --skip-many, also 10,000 subscriptions (100 accounts × 100, 20,000 deliveries) on
+ *           the empty and on the full database (full ≥ 0.9 × empty). What a phase leaves undelivered
+ *           after --drain is canceled by SQL, so that it does not weigh on what follows.
  *
- * Options: --database postgres, --concurrency 64, --seconds 10, --messages 40000 (cap per closed
- * loop), --rate-one 2000, --rate-one-pglite 500, --rate-one-seconds 10, --fair-rate 100,
- * --fair-seconds 10, --slow-ms 2000, --rate 200, --latency-seconds 10, --accounts 32, --rows 100000,
- * --raw-seconds 5, --drain 10, --loadgen lean (or fetch: Bun fetch for the POST load),
- * --tables vacuum (before each phase: `vacuum` = VACUUM ANALYZE, `analyze`, `none`),
- * --diagnostics, --backlog 5000.
- *
- * Next to each figure it prints the CPU used meanwhile, in cores and per delivery: the server per
- * thread (main JavaScript thread, the delivery Worker thread, Bun's HTTP client thread, the
- * rest), the PostgreSQL processes serving this database, the receiver, this process (the load
- * generator, also in µs per request), and every other process (a busy machine shows there), plus
- * what the server's database connections were doing (pg_stat_activity, sampled every 50 ms).
- * The summary table has each of issue 11's targets, met or NOT MET; the GET /v0/account target
- * is measured by bench/account.ts.
- *
- * The admin connection is $DATABASE_URL, default postgres://postgres@127.0.0.1:5432/test
- * (loopback only); the run creates a database bench_webhooks_<timestamp> and drops it at the end.
- * Every child process is stopped on the way out, on errors and Ctrl-C too, and a watchdog ends
- * the run after 240 s whatever happens. Exit code 1 on any error (an answer to POST …/messages
- * other than 202, a warning in the server's log); an unmet target is not an error.
+ * Options: --concurrency 64, --seconds 10, --rate-one 2000, --fair-rate 100, --fair-seconds 10,
+ * --slow-ms 2000, --drain (30 s for basic, 180 for the others), and those named above.
+ * PostgreSQL: a fresh database on $DATABASE_URL's server (default postgres://postgres@127.0.0.1:5432,
+ * loopback only), dropped at the end; accounts and keys are written straight into it (PGlite: the
+ * CLI), subscriptions are made through the API. Every child process is stopped on the way out,
+ * and a watchdog ends the run whatever happens. Exit code 1 on an error (a POST …/messages not
+ * answered 202, a warning in the server's log); an unmet target is not an error.
  */
-import { cpus } from 'node:os'
 import { join } from 'node:path'
 import { makeCertificates } from '../fixtures/tls.ts'
-import { postgresDatabase } from '../src/lib/db/client.ts'
 import { createAccount } from '../src/accounts/service.ts'
 import { createApiKey } from '../src/auth/api-keys.ts'
-import { DELIVERIES_CHANNEL } from '../src/delivery/store.ts'
+import { deleteExpiredEvents } from '../src/delivery/retention.ts'
+import { postgresDatabase } from '../src/lib/db/client.ts'
 import { DroppedError, HttpPool } from './http-client.ts'
 import {
-  BUN,
-  call,
-  childEnv,
-  commandLine,
-  connect,
-  expectStatus,
-  fail,
-  fmtFixed,
-  fmtInt,
-  fmtMs,
-  freePort,
-  inspectServer,
-  machineFields,
-  onCleanup,
-  percentiles,
-  pgliteStorage,
-  postgresCpuSeconds,
-  postgresStorage,
-  printFields,
-  printProblems,
-  printTable,
-  processCpuSeconds,
-  redact,
-  runCommand,
-  runMain,
-  sleep,
-  startCpu,
-  startServer,
-  startService,
-  stopChild,
-  sumThreads,
-  tempDir,
-  type CpuUse,
-  type Percentiles,
-  type Server,
-  type Sql,
+  BUN, call, childEnv, commandLine, connect, epochNow, expectStatus, fail, fmtCores, fmtFixed, fmtInt, fmtMs, freePort, onCleanup, percentiles,
+  postgresCpuSeconds, printMachine, printProblems, printTable, processCpuSeconds, redact, runCommand, runMain, serverProblems, sleep, startCpu,
+  startServer, startService, stopChild, storage, tempDir, verdict, type CpuUse, type Server, type Sql, type Storage,
 } from './harness.ts'
 
 const cli = commandLine(import.meta.url, {
+  scenario: { type: 'string', default: 'basic' },
   database: { type: 'string', default: 'postgres' },
   concurrency: { type: 'string', default: '64' },
   seconds: { type: 'string', default: '10' },
-  messages: { type: 'string', default: '40000' },
   'rate-one': { type: 'string', default: '2000' },
-  'rate-one-pglite': { type: 'string', default: '500' },
-  'rate-one-seconds': { type: 'string', default: '10' },
   'fair-rate': { type: 'string', default: '100' },
   'fair-seconds': { type: 'string', default: '10' },
   'slow-ms': { type: 'string', default: '2000' },
-  rate: { type: 'string', default: '200' },
-  'latency-seconds': { type: 'string', default: '10' },
-  accounts: { type: 'string', default: '32' },
-  rows: { type: 'string', default: '100000' },
-  'raw-seconds': { type: 'string', default: '5' },
-  drain: { type: 'string', default: '10' },
-  loadgen: { type: 'string', default: 'lean' },
-  tables: { type: 'string', default: 'vacuum' },
-  diagnostics: { type: 'boolean', default: false },
-  backlog: { type: 'string', default: '5000' },
+  drain: { type: 'string', default: '' },
+  broken: { type: 'string', default: '' },
+  'failed-messages': { type: 'string', default: '200' },
+  'storm-rate': { type: 'string', default: '100' },
+  'storm-seconds': { type: 'string', default: '20' },
+  'recover-seconds': { type: 'string', default: '300' },
+  deliveries: { type: 'string', default: '20000' },
+  minutes: { type: 'string', default: '15' },
+  rows: { type: 'string', default: '10000000' },
+  requests: { type: 'string', default: '200' },
+  'skip-many': { type: 'boolean', default: false },
 })
+const SCENARIO = cli.choice('scenario', ['basic', 'storm', 'growth', 'fanout', 'rows'])
 const DATABASE = cli.choice('database', ['postgres', 'pglite'])
 const PG = DATABASE === 'postgres'
+if (!PG && (SCENARIO === 'growth' || SCENARIO === 'rows')) {
+  console.error(`bench/webhooks.ts: --scenario ${SCENARIO} needs PostgreSQL (it reads and writes the database itself)`)
+  process.exit(2)
+}
 const CONCURRENCY = cli.integer('concurrency', 1, 512)
-const SEND_SECONDS = cli.integer('seconds', 1, 30)
-const MESSAGES = cli.integer('messages', 100, 200_000)
-const RATE_ONE = PG ? cli.integer('rate-one', 1, 20_000) : cli.integer('rate-one-pglite', 1, 20_000)
-/** The load generator's cost is measured at the one-subscription target rate (--rate-one), whatever the database. */
-const LOADGEN_COST_RATE = cli.integer('rate-one', 1, 20_000)
-const RATE_ONE_SECONDS = cli.integer('rate-one-seconds', 1, 30)
+const SECONDS = cli.integer('seconds', 1, 120)
+const RATE_ONE = PG ? cli.integer('rate-one', 1, 20_000) : 500
 const FAIR_RATE = cli.integer('fair-rate', 1, 5000)
-const FAIR_SECONDS = cli.integer('fair-seconds', 1, 30)
+const FAIR_SECONDS = cli.integer('fair-seconds', 1, 60)
 const SLOW_MS = cli.integer('slow-ms', 0, 10_000)
-const RATE = cli.integer('rate', 1, 5000)
-const LATENCY_SECONDS = cli.integer('latency-seconds', 1, 30)
-const ACCOUNTS = cli.integer('accounts', 1, 256)
-const ROWS = cli.integer('rows', 0, 1_000_000)
-const RAW_SECONDS = cli.integer('raw-seconds', 0, 30)
-const DRAIN_MS = cli.integer('drain', 1, 30) * 1000
-const LOADGEN = cli.choice('loadgen', ['lean', 'fetch'])
-const TABLES = cli.choice('tables', ['vacuum', 'analyze', 'none'])
-const DIAGNOSTICS = cli.flag('diagnostics')
-const BACKLOG = cli.integer('backlog', 0, 100_000)
-const ADMIN_URL = cli.loopbackUrl(process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test', 'DATABASE_URL')
+const DRAIN_MS = (cli.string('drain') ? cli.integer('drain', 1, 1800) : SCENARIO === 'basic' ? 30 : 180) * 1000
+const BROKEN = cli.string('broken') ? cli.integer('broken', 2, 10_000) : PG ? 1000 : 100
+const FAILED_MESSAGES = cli.integer('failed-messages', 1, 10_000)
+const STORM_RATE = cli.integer('storm-rate', 1, 5000)
+const STORM_SECONDS = cli.integer('storm-seconds', 1, 300)
+const RECOVER_SECONDS = cli.integer('recover-seconds', 1, 3600)
+const DELIVERIES = cli.integer('deliveries', 100, 1_000_000)
+const MINUTES = cli.integer('minutes', 1, 120)
+const ROWS = cli.integer('rows', 1000, 100_000_000)
+const REQUESTS = cli.integer('requests', 10, 10_000)
+const ADMIN_URL = cli.loopbackUrl(process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres', 'DATABASE_URL')
 
-// Issue 11's targets.
-const TARGET_RATE = 2000
-const TARGET_RATE_PGLITE = 500
-const TARGET_P99_ONE_MS = 250
-const TARGET_P99_FAIR_MS = 100
-const TARGET_P99_COMMIT_MS = 50
-const TARGET_FULL_RATIO = 0.9
-/** Delivered/s at the offered rate counts as keeping up within this fraction of it (the first and last receipt jitter). */
-const AT_RATE_TOLERANCE = 0.99
-
-const WATCHDOG_MS = (DIAGNOSTICS ? 300 : 240) * 1000
-/** The full-table phase is skipped if it would start later than this (it can take 45 s). */
-const LAST_PHASE_BY_MS = WATCHDOG_MS - 60_000
-const OPEN_LOOP_GRACE_MS = 5000
-const WARMUP_MESSAGES = 1000
-const REQUEST_TIMEOUT_MS = 10_000
-const API_SECONDS = 10
-const BACKLOG_TIMEOUT_MS = 15_000
+const WATCHDOG_S = {
+  basic: 240 + (2 * SECONDS + FAIR_SECONDS) * 2,
+  storm: 240 + DRAIN_MS / 1000 + STORM_SECONDS + RECOVER_SECONDS,
+  growth: MINUTES * 60 + 60,
+  fanout: 240 + DRAIN_MS / 1000,
+  rows: 900 + Math.ceil(ROWS / 2500),
+}[SCENARIO]
 
 const started = Date.now()
-const elapsed = () => `${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s`
-const log = (line: string) => console.log(`[${elapsed()}] ${line}`)
-/** Epoch ms with sub-ms precision, the clock the receiver uses too. */
-const epochNow = () => performance.timeOrigin + performance.now()
-const fmtLat = (n: number) => (n === Infinity ? `> ${DRAIN_MS / 1000} s` : fmtMs(n))
-const fmtLatency = (p: Percentiles) => `p50 ${fmtLat(p.p50)}, p95 ${fmtLat(p.p95)}, p99 ${fmtLat(p.p99)}, max ${fmtLat(p.max)} (n=${fmtInt(p.n)})`
+const log = (line: string) => console.log(`[${((Date.now() - started) / 1000).toFixed(0).padStart(4)} s] ${line}`)
+const fmtP = (p: { p50: number; p99: number; n: number }) => `p50 ${fmtMs(p.p50)}, p99 ${fmtMs(p.p99)} (n=${fmtInt(p.n)})`
 
 // ---------------------------------------------------------------------------------------------
-// The receiver (bench/webhook-receiver.ts), its own process, and its control port
+// The rig: the receiver, the storage, the service on it, and (PostgreSQL) a connection of our own
 
-interface PathStats {
+interface GroupStats {
   count: number
   unique: number
   firstAt: number
   lastAt: number
-  samples: number
   stale: number
-  latencies?: number[]
+  hung: number
   sendLatencies?: number[]
 }
 
-interface ReceiverStats extends PathStats {
-  paths: Record<string, PathStats>
-}
-
 interface Receiver {
-  /** https://localhost:<port>, with a certificate signed by the CA in `caFile`. */
+  /** https://localhost:<port> of its main listener. */
   origin: string
-  ca: string
-  caFile: string
   pid: number
-  stats(samples?: boolean): Promise<ReceiverStats>
-  /** Forgets what it counted; with `since`, deliveries of messages sent before it are ignored from now on. */
+  caFile: string
+  listen(port: number): Promise<void>
+  heal(): Promise<void>
   reset(since?: number): Promise<void>
+  stats(samples?: boolean): Promise<Record<string, GroupStats>>
 }
 
 async function startReceiver(workDir: string): Promise<Receiver> {
-  const certs = makeCertificates(workDir)
-  const port = freePort()
+  makeCertificates(workDir)
   const controlPort = freePort()
-  const env = childEnv({ PORT: String(port), CONTROL_PORT: String(controlPort), CERT_DIR: workDir })
-  const server = await startServer('receiver', [BUN, 'bench/webhook-receiver.ts'], env, controlPort, '/stats', workDir)
-  const control = server.origin
+  const server = await startServer('receiver', [BUN, 'bench/webhook-receiver.ts'], childEnv({ CONTROL_PORT: String(controlPort), CERT_DIR: workDir }), controlPort, '/stats', workDir)
+  const post = async (path: string) => {
+    const response = await fetch(`${server.origin}${path}`, { method: 'POST', signal: AbortSignal.timeout(10_000) })
+    if (!response.ok) fail(`the receiver's ${path} answered ${response.status}`)
+    await response.arrayBuffer()
+  }
+  const port = freePort()
+  await post(`/listen?port=${port}`)
   return {
     origin: `https://localhost:${port}`,
-    ca: certs.ca,
-    caFile: join(workDir, 'ca.pem'),
     pid: server.proc.pid,
+    caFile: join(workDir, 'ca.pem'),
+    listen: (p) => post(`/listen?port=${p}`),
+    heal: () => post('/heal'),
+    reset: (since) => post(`/reset${since ? `?since=${since.toFixed(3)}` : ''}`),
     async stats(samples = false) {
-      const response = await fetch(`${control}/stats${samples ? '?samples=1' : ''}`, { signal: AbortSignal.timeout(10_000) })
-      if (!response.ok) fail(`the receiver's /stats answered ${response.status}`)
-      return (await response.json()) as ReceiverStats
-    },
-    async reset(since?: number) {
-      const response = await fetch(`${control}/reset${since ? `?since=${since.toFixed(3)}` : ''}`, { method: 'POST', signal: AbortSignal.timeout(10_000) })
-      await response.arrayBuffer()
-      if (!response.ok) fail(`the receiver's /reset answered ${response.status}`)
+      const response = await fetch(`${server.origin}/stats${samples ? '?samples=1' : ''}`, { signal: AbortSignal.timeout(30_000) })
+      return ((await response.json()) as { groups: Record<string, GroupStats> }).groups
     },
   }
 }
 
-/** What arrived on `paths`, summed. */
-function onPaths(stats: ReceiverStats, paths: string[]) {
-  let unique = 0
-  let count = 0
-  let firstAt = Infinity
-  let lastAt = 0
-  const sendLatencies: number[] = []
-  const latencies: number[] = []
-  for (const path of paths) {
-    const p = stats.paths[path]
-    if (!p) continue
-    unique += p.unique
-    count += p.count
-    if (p.firstAt) firstAt = Math.min(firstAt, p.firstAt)
-    lastAt = Math.max(lastAt, p.lastAt)
-    if (p.sendLatencies) for (const x of p.sendLatencies) sendLatencies.push(x)
-    if (p.latencies) for (const x of p.latencies) latencies.push(x)
-  }
-  return { unique, count, firstAt, lastAt, sendLatencies, latencies }
-}
-
-/** Waits until `paths` have `expected` distinct events between them, or `timeoutMs`. */
-async function drain(receiver: Receiver, paths: string[], expected: number, timeoutMs: number): Promise<{ drained: boolean; waitedMs: number }> {
-  const t0 = performance.now()
-  for (;;) {
-    const got = onPaths(await receiver.stats(), paths).unique
-    if (got >= expected) return { drained: true, waitedMs: performance.now() - t0 }
-    if (performance.now() - t0 > timeoutMs) return { drained: false, waitedMs: performance.now() - t0 }
-    await sleep(25)
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// CPU: the server per thread, the PostgreSQL processes serving the run's database, the
-// receiver, this process (the load generator), and every other process.
-
-type Cpu = CpuUse<'receiver' | 'self' | 'postgres'>
-
-/** Starts measuring; the function it answers ends the interval. */
-function startMeter(receiverPid: number, database: string | null, serverPid?: number): () => Cpu {
-  const sources = {
-    receiver: () => processCpuSeconds(receiverPid),
-    self: () => processCpuSeconds(process.pid),
-    // On PGlite the database is inside the server process.
-    postgres: () => (database === null ? 0 : postgresCpuSeconds(database)),
-  }
-  return startCpu(sources, serverPid)
-}
-
-function fmtCpu(c: Cpu): string {
-  const core = (seconds: number) => fmtFixed(seconds / c.wall, 2)
-  const { receiver, self, postgres, other } = c.seconds
-  const t = c.threads
-  if (!t) return `cores: receiver ${core(receiver)}, load generator ${core(self)}, other processes ${core(other + postgres)}`
-  return (
-    `cores: server ${core(sumThreads(t))} (main ${core(t.main)}, delivery worker ${core(t.Worker)}, ` +
-    `HTTP client ${core(t['HTTP Client'])}, other threads ${core(t.other)}), ${PG ? `postgres ${core(postgres)}` : 'PGlite: inside the server'}, ` +
-    `receiver ${core(receiver)}, load generator ${core(self)}, other processes ${core(other)}`
-  )
-}
-
-function perDelivery(c: Cpu, delivered: number, what = 'delivery'): string {
-  const us = (seconds: number) => fmtInt((seconds * 1e6) / delivered)
-  const t = c.threads ?? { main: 0, Worker: 0, 'HTTP Client': 0, other: 0 }
-  return (
-    `CPU per ${what}: server ${us(sumThreads(t))} µs (main thread ${us(t.main)}, delivery worker ${us(t.Worker)}, other threads ${us(t.other + t['HTTP Client'])})` +
-    `${PG ? `, postgres ${us(c.seconds.postgres)} µs` : ''}, receiver ${us(c.seconds.receiver)} µs`
-  )
-}
-
-// ---------------------------------------------------------------------------------------------
-// What the server's database connections are doing, sampled from pg_stat_activity every 50 ms:
-// mostly "idle" means the database waits for work; "idle in transaction" means a transaction
-// waits for its client (the server's event loop, or a round trip); "active" ones show what
-// they wait on (a lock, the WAL, nothing = on CPU).
-
-interface Activity {
-  samples: number
-  states: [string, number][]
-}
-
-function sampleActivity(pg: Sql | null, dbName: string): () => Promise<Activity> {
-  if (!pg) return async () => ({ samples: 0, states: [] })
-  const counts = new Map<string, number>()
-  let samples = 0
-  let stopped = false
-  const loop = (async () => {
-    while (!stopped) {
-      // The connection ends under us when the run is interrupted: then stop sampling, quietly.
-      const rows = await pg`select state, wait_event_type, wait_event, regexp_replace(left(query, 48), '\\s+', ' ', 'g') as query
-        from pg_stat_activity where datname = ${dbName} and pid <> pg_backend_pid() and application_name <> 'bench'`.catch(() => null)
-      if (!rows) break
-      samples++
-      for (const row of rows) {
-        const state = row.state as string
-        const what =
-          state === 'active'
-            ? `active${row.wait_event ? ` waiting ${row.wait_event_type}/${row.wait_event}` : ''}: ${row.query}`
-            : state === 'idle in transaction'
-              ? `idle in transaction, after: ${row.query}`
-              : state
-        counts.set(what, (counts.get(what) ?? 0) + 1)
-      }
-      await sleep(50)
-    }
-  })()
-  return async () => {
-    stopped = true
-    await loop
-    return { samples, states: [...counts].map(([what, n]): [string, number] => [what, n / Math.max(1, samples)]).sort((a, b) => b[1] - a[1]) }
-  }
-}
-
-function printActivity(activity: Activity) {
-  if (!activity.samples) return
-  const sum = (test: (what: string) => boolean) => activity.states.reduce((total, [what, n]) => total + (test(what) ? n : 0), 0)
-  const groups: [string, number][] = [
-    ['idle', sum((w) => w === 'idle')],
-    ['idle in transaction (waiting for the server)', sum((w) => w.startsWith('idle in transaction'))],
-    ['active, waiting for the server (Client)', sum((w) => w.startsWith('active waiting Client/'))],
-    ['active, waiting on a lock (Lock)', sum((w) => w.startsWith('active waiting Lock/'))],
-    ['active, waiting on WAL or I/O (LWLock, IO)', sum((w) => /^active waiting (LWLock|IO)\//.test(w))],
-    ['active, running', sum((w) => /^active: /.test(w))],
-  ]
-  const total = groups.reduce((t, [, n]) => t + n, 0)
-  log(`  the server's ${fmtFixed(total, 0)} database connections, mean over ${activity.samples} samples of pg_stat_activity: ` + groups.filter(([, n]) => n >= 0.005).map(([what, n]) => `${what} ${fmtFixed(n, 2)}`).join(', '))
-  // The most frequent states, and every lock wait (a lock is worth seeing even when it is rare).
-  const top = activity.states.filter(([what, n]) => what !== 'idle' && n >= 0.1).slice(0, 8)
-  const locks = activity.states.filter(([what, n]) => what.startsWith('active waiting Lock/') && n >= 0.02 && !top.some(([shown]) => shown === what))
-  for (const [what, n] of [...top, ...locks]) log(`    ${fmtFixed(n, 2).padStart(5)}  ${what}`)
-}
-
-// ---------------------------------------------------------------------------------------------
-// The load generator: POST …/messages with the send time as the message text, through the lean
-// client (bench/http-client.ts) or Bun fetch; closed loop (N outstanding) or open loop (paced).
-
-/** Where a message is sent: an account's messages URL path, its API key in the query. */
-interface Target {
-  path: string
-}
-
-interface Sender {
-  /** POST `target.path` with the send time as the message; true on a 202, anything else counts as an error. */
-  send(target: Target): Promise<boolean>
-  /** Requests waiting for a connection are dropped (never sent); answers how many. */
-  dropQueued(): number
-  queued(): number
-  stats: { sent: number; accepted: number; errors: number; firstError: string; answerMs: number[] }
-  close(): void
-}
-
-const messageJson = () => `{"to":"+14155550123","body":"t=${epochNow().toFixed(3)}"}`
-
-function newSender(origin: string, kind: 'lean' | 'fetch', expectStatus = 202, connections = CONCURRENCY): Sender {
-  const url = new URL(origin)
-  const stats = { sent: 0, accepted: 0, errors: 0, firstError: '', answerMs: [] as number[] }
-  const record = (status: number, ms: number, body: string) => {
-    if (stats.answerMs.length < 500_000) stats.answerMs.push(ms)
-    if (status === expectStatus) {
-      stats.accepted++
-      return true
-    }
-    stats.errors++
-    stats.firstError ||= `HTTP ${status}: ${redact(body).slice(0, 300)}`
-    return false
-  }
-  const failed = (error: unknown) => {
-    // Dropped unsent at the end of an open loop: reported as such (LoadResult.dropped), not an error of the API.
-    if (error instanceof DroppedError) return false
-    stats.errors++
-    stats.firstError ||= (error as Error).message
-    return false
-  }
-  if (kind === 'lean') {
-    const pool = new HttpPool({ hostname: url.hostname, port: Number(url.port), connections, expectStatus, timeoutMs: REQUEST_TIMEOUT_MS })
-    return {
-      stats,
-      send(target) {
-        stats.sent++
-        return pool.post(target.path, messageJson()).then((a) => record(a.status, a.ms + a.queuedMs, a.body), failed)
-      },
-      dropQueued: () => pool.dropQueued(),
-      queued: () => pool.queued,
-      close: () => pool.close(),
-    }
-  }
-  return {
-    stats,
-    async send(target) {
-      stats.sent++
-      const t0 = performance.now()
-      try {
-        const response = await fetch(`${origin}${target.path}`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: messageJson(),
-          signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-        })
-        const text = await response.text()
-        return record(response.status, performance.now() - t0, text)
-      } catch (error) {
-        return failed(error)
-      }
-    },
-    dropQueued: () => 0,
-    queued: () => 0,
-    close: () => {},
-  }
-}
-
-interface LoadResult {
-  sent: number
-  accepted: number
-  errors: number
-  firstError: string
-  /** Epoch ms of the first send and of the last answer. */
-  firstSend: number
-  sendEnd: number
-  sendSeconds: number
-  /** Open loop: sends more than 10 ms behind their schedule (the pacer itself was late), and requests dropped unsent. */
-  late: number
-  dropped: number
-  /** This process's CPU per request while sending, µs. */
-  loadgenUs: number
-  answer: Percentiles
-}
-
-function loadResult(sender: Sender, firstSend: number, cpu0: NodeJS.CpuUsage, extra: { late: number; dropped: number }): LoadResult {
-  const cpu = process.cpuUsage(cpu0)
-  const sendEnd = epochNow()
-  const s = sender.stats
-  return {
-    sent: s.sent,
-    accepted: s.accepted,
-    errors: s.errors,
-    firstError: s.firstError,
-    firstSend,
-    sendEnd,
-    sendSeconds: (sendEnd - firstSend) / 1000,
-    ...extra,
-    loadgenUs: (cpu.user + cpu.system) / Math.max(1, s.sent),
-    answer: percentiles(s.answerMs),
-  }
-}
-
-/** `concurrency` requests outstanding, round robin over `targets`, for `seconds` or `max` messages. */
-async function closedLoop(sender: Sender, targets: Target[], seconds: number, max: number, concurrency = CONCURRENCY): Promise<LoadResult> {
-  const cpu0 = process.cpuUsage()
-  const firstSend = epochNow()
-  const deadline = performance.now() + seconds * 1000
-  let next = 0
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < max && performance.now() < deadline) {
-        if (!(await sender.send(targets[next++ % targets.length]!))) await sleep(10)
-      }
-    }),
-  )
-  return loadResult(sender, firstSend, cpu0, { late: 0, dropped: 0 })
-}
-
-/**
- * `rate` messages a second for `seconds`, round robin over `targets`, each sent when its time
- * comes whatever the answers to earlier ones (open loop). Requests beyond the sender's
- * connections wait in it; whatever still waits OPEN_LOOP_GRACE_MS after the schedule is dropped.
- */
-async function openLoop(sender: Sender, targets: Target[], rate: number, seconds: number): Promise<LoadResult> {
-  const cpu0 = process.cpuUsage()
-  const count = Math.round(rate * seconds)
-  const interval = 1000 / rate
-  const firstSend = epochNow()
-  const t0 = performance.now()
-  const sends: Promise<boolean>[] = []
-  let late = 0
-  for (let i = 0; i < count; ) {
-    const now = performance.now()
-    const due = t0 + i * interval
-    if (due > now) {
-      await sleep(Math.max(1, due - now))
-      continue
-    }
-    for (; i < count && t0 + i * interval <= now; i++) {
-      if (now - (t0 + i * interval) > 10) late++
-      sends.push(sender.send(targets[i % targets.length]!))
-    }
-  }
-  let dropped = 0
-  const grace = setTimeout(() => (dropped = sender.dropQueued()), OPEN_LOOP_GRACE_MS)
-  await Promise.all(sends)
-  clearTimeout(grace)
-  return loadResult(sender, firstSend, cpu0, { late, dropped })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Phase 0: what the load generator costs, against a bare Bun.serve
-
-async function loadgenCost(workDir: string) {
-  const port = freePort()
-  const bare = await startServer('bare-loadgen', [BUN, 'bench/bare-server.ts'], childEnv({ PORT: String(port) }), port, '/', workDir)
-  const targets = [{ path: '/v0/account/acc_01m81emgsenkem5jma2atf166v/messages?key=sk_live_0123456789abcdefghijklmnopqrstuvwxyzABCDEF' }]
-  const out: Record<'lean' | 'fetch', LoadResult> = {} as never
-  try {
-    for (const kind of ['fetch', 'lean'] as const) {
-      const sender = newSender(bare.origin, kind, 200)
-      await openLoop(sender, targets, LOADGEN_COST_RATE, 0.5) // warm-up: connections, JIT
-      sender.stats.sent = sender.stats.accepted = sender.stats.errors = 0
-      sender.stats.answerMs.length = 0
-      out[kind] = await openLoop(sender, targets, LOADGEN_COST_RATE, 3)
-      sender.close()
-    }
-  } finally {
-    await stopChild(bare.proc)
+/** What arrived in `groups`, summed. */
+function onGroups(stats: Record<string, GroupStats>, groups: string[]) {
+  const out = { count: 0, unique: 0, firstAt: Infinity, lastAt: 0, hung: 0, sendLatencies: [] as number[] }
+  for (const g of groups) {
+    const s = stats[g]
+    if (!s) continue
+    out.count += s.count
+    out.unique += s.unique
+    out.hung += s.hung
+    if (s.firstAt) out.firstAt = Math.min(out.firstAt, s.firstAt)
+    out.lastAt = Math.max(out.lastAt, s.lastAt)
+    for (const x of s.sendLatencies ?? []) out.sendLatencies.push(x)
   }
   return out
 }
 
-// ---------------------------------------------------------------------------------------------
-// Phase 1: the raw ceiling
-
-/** An event-like body of about 600 bytes; the timestamp is the send time, so the receiver also measures raw one-way latency. */
-function rawBody(id: string): string {
-  const now = new Date().toISOString()
-  return JSON.stringify({
-    id,
-    type: 'message.delivered',
-    timestamp: now,
-    account_id: 'acc_01m81emgsenkem5jma2atf166v',
-    data: {
-      message: {
-        id: 'msg_01m81emgsenkem5jma2atf166v',
-        account_id: 'acc_01m81emgsenkem5jma2atf166v',
-        direction: 'outbound',
-        to: '+14155550123',
-        body: 'Your order #4821 has shipped and will arrive on Tuesday between 9:00 and 13:00. Reply STOP to opt out. Track it at https://example.com/t/4821?ref=sms or call +1 415 555 0100 for help.',
-        status: 'delivered',
-        created_at: now,
-        updated_at: now,
-      },
-    },
-  })
-}
-
-async function rawCeiling(receiver: Receiver) {
-  const url = `${receiver.origin}/raw`
-  // The headers a real delivery carries, with made-up values of the same size.
-  const headers = (id: string) => ({
-    'content-type': 'application/json',
-    'user-agent': 'messaging-service-webhooks/0.1',
-    'webhook-id': id,
-    'webhook-timestamp': String(Math.floor(Date.now() / 1000)),
-    'webhook-signature': `v1,${Buffer.alloc(32, 7).toString('base64')}`,
-  })
-  let next = 0
-  let errors = 0
-  let firstError = ''
-  const latencies: number[] = []
-  const run = async (seconds: number, record: boolean) => {
-    const deadline = performance.now() + seconds * 1000
-    await Promise.all(
-      Array.from({ length: CONCURRENCY }, async () => {
-        while (performance.now() < deadline) {
-          const id = `evt_raw${String(next++).padStart(19, '0')}`
-          const t0 = performance.now()
-          try {
-            const response = await fetch(url, { method: 'POST', headers: headers(id), body: rawBody(id), tls: { ca: receiver.ca }, signal: AbortSignal.timeout(10_000) })
-            await response.arrayBuffer()
-            if (response.status !== 200) throw new Error(`HTTP ${response.status}`)
-            if (record) latencies.push(performance.now() - t0)
-          } catch (error) {
-            errors++
-            firstError ||= (error as Error).message
-            await sleep(10)
-          }
-        }
-      }),
-    )
-  }
-  await run(2, false) // warm-up: connections, JIT
-  await receiver.reset()
-  const stop = startMeter(receiver.pid, null)
-  const t0 = performance.now()
-  await run(RAW_SECONDS, true)
-  const wall = (performance.now() - t0) / 1000
-  const cpu = stop()
-  return {
-    requests: latencies.length,
-    rate: latencies.length / wall,
-    roundTrip: percentiles(latencies),
-    bodyBytes: Buffer.byteLength(rawBody('evt_raw0000000000000000000')),
-    cpu,
-    problems: errors ? [`raw ceiling: ${errors} failed requests, e.g. ${firstError}`] : [],
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The service, its accounts and subscriptions
-
-interface BenchAccount extends Target {
-  id: string
-  secret: string
-}
-
-/** A subscription the run made, and the receiver path it delivers to. */
-interface Subscription {
-  account: BenchAccount
-  receiverPath: string
-  hookId: string
-}
-
-/** What every phase against the service needs. */
 interface Rig {
   receiver: Receiver
   server: Server
-  /** The service's origin. */
-  api: string
-  /** PostgreSQL only: the database's name, the run's own connection (application_name 'bench': left out of the activity samples) and one for the samples. */
-  database: string | null
+  store: Storage
+  /** PostgreSQL: our own connection to the run's database. */
   sql: Sql | null
-  probe: Sql | null
+  metricsPort: number
+  settings: Record<string, string>
 }
 
-const keyed = (account: { id: string; secret: string }, path: string) => `/v0/account/${account.id}${path}?key=${encodeURIComponent(account.secret)}`
+/** Server settings a scenario may set; printed with the defaults of the rest. */
+const WEBHOOK_DEFAULTS = { WEBHOOK_TIMEOUT_MS: '15000', WEBHOOK_RETRY_SCHEDULE: '0,5s,5m,30m,2h,5h,10h,14h,20h,24h', WEBHOOK_CONCURRENCY: '256', WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: '128', HOOKS_PER_ACCOUNT: '100' }
 
-/** Accounts and API keys: straight into PostgreSQL; through the CLI on PGlite (it hands the command to the server, which holds the DATA_DIR). */
-async function makeAccounts(rig: Rig, storageUrl: URL | null, names: string[]): Promise<BenchAccount[]> {
-  const out: BenchAccount[] = []
-  if (storageUrl) {
-    const handle = postgresDatabase(storageUrl.href, { max: 4 })
+async function startRig(workDir: string, settings: Record<string, string> = {}): Promise<Rig> {
+  const receiver = await startReceiver(workDir)
+  const store = await storage(DATABASE, ADMIN_URL, SCENARIO)
+  const metricsPort = freePort()
+  const env = { ...store.env, ...settings, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', NODE_EXTRA_CA_CERTS: receiver.caFile, API_RATE_LIMIT: '0', METRICS_PORT: String(metricsPort) }
+  const server = await startService('server', env, workDir)
+  let sql: Sql | null = null
+  if (store.database) {
+    const s = connect(store.database.url, { connection: { application_name: 'bench' } })
+    onCleanup(() => s.end({ timeout: 5 }))
+    sql = s
+  }
+  const shown = Object.entries({ ...WEBHOOK_DEFAULTS, ...settings }).map(([k, v]) => `${k}=${v}${k in settings ? ' (set by the scenario)' : ''}`)
+  printMachine([
+    ['scenario', `${SCENARIO}, ${PG ? `PostgreSQL ${(await sql!`show server_version`)[0]!.server_version}` : 'PGlite'}`],
+    ['database', store.describe],
+    ['receiver', `${receiver.origin} (bench/webhook-receiver.ts, own process, 204 at once)`],
+    ['server', `bun src/main.ts, LOG_LEVEL=info, API_RATE_LIMIT=0, WEBHOOK_ALLOW_PRIVATE_TARGETS=true, METRICS_PORT=${metricsPort}`],
+    ['settings', shown.join(', ')],
+    ['load', `POST …/messages from this process (bench/http-client.ts), ${CONCURRENCY} connections`],
+  ])
+  console.log()
+  return { receiver, server, store, sql, metricsPort, settings }
+}
+
+/** CPU meter over a phase: the server, PostgreSQL (this database's backends and its shared processes), the receiver, this process. */
+function startMeter(rig: Rig) {
+  return startCpu({
+    server: () => processCpuSeconds(rig.server.proc.pid),
+    ...(PG ? { postgres: () => postgresCpuSeconds(rig.store.database!.name) } : {}),
+    receiver: () => processCpuSeconds(rig.receiver.pid),
+    loadgen: () => processCpuSeconds(process.pid),
+  })
+}
+
+const perDelivery = (cpu: CpuUse, n: number) =>
+  `CPU per delivery: server ${fmtInt((cpu.seconds.server! * 1e6) / n)} µs${PG ? `, PostgreSQL ${fmtInt((cpu.seconds.postgres! * 1e6) / n)} µs` : ' (PGlite inside)'}`
+
+// ---------------------------------------------------------------------------------------------
+// Accounts and subscriptions
+
+interface Account {
+  id: string
+  key: string
+}
+const keyed = (a: Account, path: string) => `/v0/account/${a.id}${path}?key=${encodeURIComponent(a.key)}`
+
+/** PostgreSQL: straight into the database; PGlite: the CLI (it hands the command to the running server). */
+async function makeAccounts(rig: Rig, n: number): Promise<Account[]> {
+  const out: Account[] = []
+  if (rig.store.database) {
+    const handle = postgresDatabase(rig.store.database.url.href, { max: 2 })
     try {
-      for (const name of names) {
-        const account = await createAccount(handle.db, { name })
-        const key = await createApiKey(handle.db, { accountId: account.id, name: 'bench' })
-        out.push({ id: account.id, secret: key.secret, path: keyed({ id: account.id, secret: key.secret }, '/messages') })
+      for (let i = 0; i < n; i++) {
+        const account = await createAccount(handle.db, { name: `bench ${i}` })
+        out.push({ id: account.id, key: (await createApiKey(handle.db, { accountId: account.id, name: 'bench' })).secret })
       }
     } finally {
       await handle.close()
@@ -683,488 +271,473 @@ async function makeAccounts(rig: Rig, storageUrl: URL | null, names: string[]): 
     if (run.code !== 0) fail(`bun src/cli.ts ${args.slice(0, 2).join(' ')} exited with ${run.code}:\n${redact(run.stderr + run.stdout).slice(0, 1000)}`)
     return JSON.parse(run.stdout)
   }
-  for (const name of names) {
-    const account = await cliJson(['account', 'create', '--name', name])
-    const key = await cliJson(['apikey', 'create', '--account', account.id, '--name', 'bench'])
-    out.push({ id: account.id, secret: key.secret, path: keyed({ id: account.id, secret: key.secret }, '/messages') })
+  for (let i = 0; i < n; i++) {
+    const account = await cliJson(['account', 'create', '--name', `bench ${i}`])
+    out.push({ id: account.id, key: (await cliJson(['apikey', 'create', '--account', account.id, '--name', 'bench'])).secret })
   }
   return out
 }
 
-async function subscribe(rig: Rig, account: BenchAccount, receiverPath: string): Promise<Subscription> {
-  const body = { event: 'message.delivered', target_url: `${rig.receiver.origin}${receiverPath}` }
-  const hook = await expectStatus(201, 'POST', `${rig.api}${keyed(account, '/hooks')}`, 'POST …/hooks', { body })
-  return { account, receiverPath, hookId: hook.id }
+interface Hook {
+  account: Account
+  event: string
+  url: string
+  id: string
 }
 
-async function unsubscribe(rig: Rig, subscription: Subscription): Promise<void> {
-  const result = await call('DELETE', `${rig.api}${keyed(subscription.account, `/hooks/${subscription.hookId}`)}`, 'DELETE …/hooks/{id}')
-  if (result.status !== 204) fail(`DELETE …/hooks/${subscription.hookId}: expected 204, got ${result.status}: ${redact(result.text).slice(0, 300)}`)
+/** Through the API, `parallel` at a time. */
+async function subscribe(rig: Rig, wanted: Array<Omit<Hook, 'id'>>, parallel = 16): Promise<Hook[]> {
+  const out: Hook[] = []
+  let next = 0
+  await Promise.all(
+    Array.from({ length: parallel }, async () => {
+      while (next < wanted.length) {
+        const w = wanted[next++]!
+        const hook = await expectStatus(201, 'POST', `${rig.server.origin}${keyed(w.account, '/hooks')}`, { body: { event: w.event, target_url: w.url } })
+        out.push({ ...w, id: hook.id })
+      }
+    }),
+  )
+  return out
 }
 
-/** Deletes the subscriptions (which cancels their pending deliveries) and makes them again, to the same paths: a clean start for the next phase. */
-async function resubscribe(rig: Rig, subscriptions: Subscription[]): Promise<void> {
-  for (const s of subscriptions) {
-    await unsubscribe(rig, s)
-    s.hookId = (await subscribe(rig, s.account, s.receiverPath)).hookId
+/** Deletes and makes again (deleting cancels their pending deliveries): a clean start after a phase that did not drain. */
+async function resubscribe(rig: Rig, hooks: Hook[]): Promise<void> {
+  for (const h of hooks) {
+    const gone = await call('DELETE', `${rig.server.origin}${keyed(h.account, `/hooks/${h.id}`)}`)
+    if (gone.status !== 204) fail(`DELETE …/hooks/${h.id}: ${gone.status}`)
+    h.id = (await subscribe(rig, [h]))[0]!.id
   }
 }
 
-/** Where each phase's measurement starts: CPU and, until `stop`, pg_stat_activity samples. */
-function startMeasuring(rig: Rig) {
-  const stopActivity = sampleActivity(rig.probe, rig.database ?? '')
-  const stopCpu = startMeter(rig.receiver.pid, rig.database, rig.server.proc.pid)
-  return { stopActivity, stopCpu }
+// ---------------------------------------------------------------------------------------------
+// The load: POST …/messages with the send time as the text
+
+interface Target {
+  account: Account
+  /** The recipient: one ending in 0000 makes the sandbox carrier fail the message. */
+  to?: string
 }
 
-/**
- * Every measured phase starts from vacuumed tables: a claim reads the dead row versions that
- * earlier phases left in the partial index of due deliveries (see docs/performance.md), so
- * without this each phase would pay for the one before it. PostgreSQL only.
- */
-async function vacuum(rig: Rig): Promise<void> {
-  if (!rig.sql) return
-  if (TABLES === 'analyze') await rig.sql`analyze messages, events, deliveries, delivery_attempts, hooks`
-  else if (TABLES === 'vacuum') await rig.sql`vacuum analyze messages, events, deliveries, delivery_attempts, hooks`
+interface Load {
+  sent: number
+  accepted: number
+  errors: number
+  firstError: string
+  dropped: number
+  firstSend: number
+}
+
+function newPool(rig: Rig): HttpPool {
+  const url = new URL(rig.server.origin)
+  return new HttpPool({ hostname: url.hostname, port: Number(url.port), connections: CONCURRENCY, expectStatus: 202, timeoutMs: 10_000 })
+}
+
+function sender(pool: HttpPool, load: Load) {
+  return async (target: Target): Promise<boolean> => {
+    load.sent++
+    try {
+      const answer = await pool.post(keyed(target.account, '/messages'), `{"to":"${target.to ?? '+14155550123'}","body":"t=${epochNow().toFixed(3)}"}`)
+      if (answer.status === 202) return ++load.accepted > 0
+      load.firstError ||= `HTTP ${answer.status}: ${redact(answer.body).slice(0, 300)}`
+    } catch (error) {
+      if (error instanceof DroppedError) return false
+      load.firstError ||= (error as Error).message
+    }
+    load.errors++
+    return false
+  }
+}
+
+const newLoad = (): Load => ({ sent: 0, accepted: 0, errors: 0, firstError: '', dropped: 0, firstSend: epochNow() })
+
+/** CONCURRENCY requests outstanding, round robin over `targets`, for `seconds` or `max` messages. */
+async function closedLoop(rig: Rig, targets: Target[], seconds: number, max: number): Promise<Load> {
+  const pool = newPool(rig)
+  const load = newLoad()
+  const send = sender(pool, load)
+  const deadline = performance.now() + seconds * 1000
+  let next = 0
+  await Promise.all(
+    Array.from({ length: Math.min(CONCURRENCY, max) }, async () => {
+      while (next < max && performance.now() < deadline) if (!(await send(targets[next++ % targets.length]!))) await sleep(10)
+    }),
+  )
+  pool.close()
+  return load
+}
+
+/** `rate` messages a second for `seconds`, each sent on schedule whatever the answers; what still waits for a connection 5 s after the schedule is dropped. */
+async function openLoop(rig: Rig, targets: Target[], rate: number, seconds: number): Promise<Load> {
+  const pool = newPool(rig)
+  const load = newLoad()
+  const send = sender(pool, load)
+  const count = Math.round(rate * seconds)
+  const t0 = performance.now()
+  const sends: Promise<boolean>[] = []
+  for (let i = 0; i < count; ) {
+    const now = performance.now()
+    if (t0 + (i * 1000) / rate > now) await sleep(Math.max(1, t0 + (i * 1000) / rate - now))
+    else for (; i < count && t0 + (i * 1000) / rate <= now; i++) sends.push(send(targets[i % targets.length]!))
+  }
+  const grace = setTimeout(() => (load.dropped = pool.dropQueued()), 5000)
+  await Promise.all(sends)
+  clearTimeout(grace)
+  pool.close()
+  return load
 }
 
 // ---------------------------------------------------------------------------------------------
-// Phases 2–7: messages through the API, deliveries at the receiver
+// A measured phase: load, then wait for the deliveries
 
-interface DeliveryResult {
+interface Phase {
   label: string
-  load: LoadResult
-  /** Distinct events received on the phase's paths. */
-  delivered: number
-  duplicates: number
-  /** Delivered / (last receipt − first send). */
-  rate: number
-  /** (Delivered − 1) / (last receipt − first receipt): the pace of arrivals, for an open-loop phase. */
-  arrivalRate: number
-  backlogAtSendEnd: number
-  drained: boolean
-  /** Send → receipt, and commit (the event's timestamp) → receipt; what never arrived counts as Infinity. */
-  sendLatency: Percentiles
-  eventLatency: Percentiles
-  cpu: Cpu
-  activity: Activity
-  /** Per extra path (fairness: the slow subscription): what arrived by the end of the phase. */
-  others: Record<string, { count: number; unique: number; sendLatency: Percentiles }>
-  stale: number
-}
-
-interface DeliveryPhase {
-  label: string
-  /** The subscriptions whose deliveries are this phase's figures: one per message sent. */
-  subscriptions: Subscription[]
-  /** Other subscriptions of the same accounts, only reported (fairness: the slow one). */
-  others?: Subscription[]
-  load: { kind: 'closed'; seconds: number; max: number } | { kind: 'open'; rate: number; seconds: number }
+  /** Receiver groups whose deliveries are the phase's figures. */
+  groups: string[]
+  /** Deliveries each accepted message makes in those groups. */
+  fan: number
+  load: () => Promise<Load>
   drainMs?: number
 }
 
-async function deliveryPhase(rig: Rig, phase: DeliveryPhase): Promise<DeliveryResult> {
-  const paths = phase.subscriptions.map((s) => s.receiverPath)
-  const targets = [...new Map(phase.subscriptions.map((s) => [s.account.id, s.account])).values()]
-  await vacuum(rig)
-  await sleep(200) // what is still in flight from the previous phase lands, and is ignored (reset since)
+interface Result {
+  label: string
+  load: Load
+  expected: number
+  delivered: number
+  duplicates: number
+  rate: number
+  latency: ReturnType<typeof percentiles>
+  drained: boolean
+  drainMs: number
+  cpu: CpuUse
+  stats: Record<string, GroupStats>
+}
+
+async function measure(rig: Rig, phase: Phase): Promise<Result> {
   await rig.receiver.reset(epochNow())
-  const sender = newSender(rig.api, LOADGEN)
-  const measuring = startMeasuring(rig)
-  const load = phase.load.kind === 'closed' ? await closedLoop(sender, targets, phase.load.seconds, phase.load.max) : await openLoop(sender, targets, phase.load.rate, phase.load.seconds)
-  sender.close()
-  const atSendEnd = onPaths(await rig.receiver.stats(), paths).unique
-  const activity = await measuring.stopActivity()
-  const drained = await drain(rig.receiver, paths, load.accepted, phase.drainMs ?? DRAIN_MS)
-  const cpu = measuring.stopCpu()
+  const stop = startMeter(rig)
+  const load = await phase.load()
+  const expected = load.accepted * phase.fan
+  const drainMs = phase.drainMs ?? DRAIN_MS
+  const deadline = performance.now() + drainMs
+  let got = 0
+  while ((got = onGroups(await rig.receiver.stats(), phase.groups).unique) < expected && performance.now() < deadline) await sleep(100)
+  const cpu = stop()
   const stats = await rig.receiver.stats(true)
-  const got = onPaths(stats, paths)
-  const missing = Math.max(0, load.accepted - got.unique)
-  const others: DeliveryResult['others'] = {}
-  for (const s of phase.others ?? []) {
-    const o = onPaths(stats, [s.receiverPath])
-    others[s.receiverPath] = { count: o.count, unique: o.unique, sendLatency: percentiles(o.sendLatencies) }
-  }
-  if (!drained.drained) await resubscribe(rig, phase.subscriptions)
+  const g = onGroups(stats, phase.groups)
+  const missing = Math.max(0, expected - g.unique)
   return {
     label: phase.label,
     load,
-    delivered: got.unique,
-    duplicates: got.count - got.unique,
-    rate: got.unique / ((got.lastAt - load.firstSend) / 1000),
-    arrivalRate: (got.unique - 1) / ((got.lastAt - got.firstAt) / 1000),
-    backlogAtSendEnd: load.accepted - atSendEnd,
-    drained: drained.drained,
-    sendLatency: percentiles([...got.sendLatencies, ...Array<number>(missing).fill(Infinity)]),
-    eventLatency: percentiles([...got.latencies, ...Array<number>(missing).fill(Infinity)]),
+    expected,
+    delivered: g.unique,
+    duplicates: g.count - g.unique,
+    rate: g.unique / ((g.lastAt - load.firstSend) / 1000),
+    latency: percentiles([...g.sendLatencies, ...Array<number>(missing).fill(Infinity)]),
+    drained: got >= expected,
+    drainMs,
     cpu,
-    activity,
-    others,
-    stale: stats.stale,
+    stats,
   }
 }
 
-function printDelivery(r: DeliveryResult) {
+function printResult(r: Result): void {
   const l = r.load
   log(
-    `${r.label}: ${fmtInt(l.accepted)} of ${fmtInt(l.sent)} POSTs accepted in ${l.sendSeconds.toFixed(1)} s (${fmtInt(l.accepted / l.sendSeconds)}/s; answer p50 ${fmtMs(l.answer.p50)}, p99 ${fmtMs(l.answer.p99)})` +
-      `${l.errors ? `, ${l.errors} ERRORS (${l.firstError})` : ''}${l.late ? `, ${fmtInt(l.late)} sends late by > 10 ms` : ''}${l.dropped ? `, ${fmtInt(l.dropped)} dropped unsent` : ''}`,
+    `${r.label}: ${fmtInt(l.accepted)} of ${fmtInt(l.sent)} POSTs accepted${l.errors ? `, ${l.errors} ERRORS (${l.firstError})` : ''}${l.dropped ? `, ${l.dropped} dropped unsent` : ''}; ` +
+      `${fmtInt(r.delivered)} of ${fmtInt(r.expected)} delivered${r.duplicates ? ` (+${r.duplicates} repeats)` : ''}${r.drained ? '' : ` (NOT all within ${r.drainMs / 1000} s of the last send)`} → ${fmtInt(r.rate)} deliveries/s`,
   )
-  log(
-    `  ${fmtInt(r.delivered)} delivered${r.duplicates ? ` (+${r.duplicates} duplicates)` : ''} → ${fmtInt(r.rate)} deliveries/s (arrivals ${fmtInt(r.arrivalRate)}/s); ` +
-      `backlog when sending ended ${fmtInt(r.backlogAtSendEnd)}${r.drained ? '' : `; NOT DRAINED: ${fmtInt(l.accepted - r.delivered)} still missing ${DRAIN_MS / 1000} s after the last send (cancelled)`}` +
-      `${r.stale ? `; ${r.stale} left over from earlier phases ignored` : ''}`,
-  )
-  log(`  send → receipt: ${fmtLatency(r.sendLatency)}`)
-  log(`  commit → receipt: ${fmtLatency(r.eventLatency)}`)
-  for (const [path, o] of Object.entries(r.others)) log(`  ${path}: ${fmtInt(o.unique)} received${o.count > o.unique ? ` (+${o.count - o.unique} repeats)` : ''}, send → receipt ${fmtLatency(o.sendLatency)}`)
-  log(`  load generator (${LOADGEN}): ${fmtFixed(l.loadgenUs, 1)} µs CPU per POST`)
-  log(`  ${fmtCpu(r.cpu)}`)
-  log(`  ${perDelivery(r.cpu, r.delivered)}`)
-  printActivity(r.activity)
+  log(`  send → receipt ${fmtP(r.latency)}`)
+  log(`  cores: ${fmtCores(r.cpu)}; ${perDelivery(r.cpu, r.delivered)}`)
 }
+
+type Summary = string[][]
+const summaryHead = () => [['figure', 'value', 'target', 'verdict']]
+const target = (figure: string, value: string, goal: string, met: boolean): string[] => [figure, value, goal, verdict(met)]
 
 // ---------------------------------------------------------------------------------------------
-// Diagnostics (--diagnostics): the delivery worker alone, the messages API alone
+// Scenarios
 
-/**
- * `count` events with one pending delivery each (round robin over the subscriptions) committed
- * at once by this process, a NOTIFY, and the time until the receiver has them all. No API
- * requests and no dispatch transactions compete, so this is the worker's own rate.
- */
-async function workerBacklog(rig: Rig, subscriptions: Subscription[], count: number, template: { payload: string; id: string }) {
-  const sql = rig.sql!
-  const hookIds = subscriptions.map((s) => s.hookId)
-  const accountIds = subscriptions.map((s) => s.account.id)
-  await rig.receiver.reset()
-  await sql.begin(async (tx) => {
-    await tx`insert into events (id, account_id, type, payload)
-      select 'evt_0b' || lpad(g::text, 24, '0'), (${accountIds}::text[])[1 + g % ${accountIds.length}], 'message.delivered',
-             replace(${template.payload}, ${template.id}, 'evt_0b' || lpad(g::text, 24, '0'))
-      from generate_series(1, ${count}) g`
-    await tx`insert into deliveries (id, event_id, hook_id)
-      select 'dlv_0b' || lpad(g::text, 24, '0'), 'evt_0b' || lpad(g::text, 24, '0'), (${hookIds}::text[])[1 + g % ${hookIds.length}]
-      from generate_series(1, ${count}) g`
-  })
-  await vacuum(rig)
-  const paths = subscriptions.map((s) => s.receiverPath)
-  const measuring = startMeasuring(rig)
-  const t0 = epochNow()
-  await sql`select pg_notify(${DELIVERIES_CHANNEL}, '')`
-  const drained = await drain(rig.receiver, paths, count, BACKLOG_TIMEOUT_MS)
-  const activity = await measuring.stopActivity()
-  const cpu = measuring.stopCpu()
-  const got = onPaths(await rig.receiver.stats(), paths)
-  if (!drained.drained) {
-    log(`worker alone: ${fmtInt(got.unique)} of ${fmtInt(count)} arrived within ${BACKLOG_TIMEOUT_MS / 1000} s; the rest are cancelled`)
-    await resubscribe(rig, subscriptions)
+async function basic(rig: Rig, summary: Summary): Promise<void> {
+  const [one, fair] = (await makeAccounts(rig, 2)) as [Account, Account]
+  const o = rig.receiver.origin
+  const [oneHook] = await subscribe(rig, [{ account: one, event: 'message.delivered', url: `${o}/one` }])
+  const [slowHook, healthyHook] = await subscribe(rig, [{ account: fair, event: 'message.delivered', url: `${o}/delay/${SLOW_MS}/slow` }, { account: fair, event: 'message.delivered', url: `${o}/healthy` }], 1)
+  const run = async (phase: Phase, hooks: Hook[]) => {
+    const r = await measure(rig, phase)
+    printResult(r)
+    if (!r.drained) await resubscribe(rig, hooks)
+    return r
   }
-  return { delivered: got.unique, rate: got.unique / ((got.lastAt - t0) / 1000), cpu, activity }
+  const warm = await run({ label: 'warm-up', groups: ['one'], fan: 1, load: () => closedLoop(rig, [{ account: one }], 5, 1000) }, [oneHook!])
+  if (warm.delivered === 0) fail('no delivery arrived during the warm-up: is the delivery worker running?')
+  const max = await run({ label: 'one subscription, max (closed loop)', groups: ['one'], fan: 1, load: () => closedLoop(rig, [{ account: one }], SECONDS, 200_000) }, [oneHook!])
+  const at = await run({ label: `one subscription at ${fmtInt(RATE_ONE)}/s`, groups: ['one'], fan: 1, load: () => openLoop(rig, [{ account: one }], RATE_ONE, SECONDS) }, [oneHook!])
+  const fairness = await run({ label: `fairness: healthy subscription at ${FAIR_RATE}/s beside one answering in ${SLOW_MS} ms`, groups: ['healthy'], fan: 1, load: () => openLoop(rig, [{ account: fair }], FAIR_RATE, FAIR_SECONDS) }, [healthyHook!])
+  const slow = onGroups(fairness.stats, ['slow'])
+  log(`  the slow subscription received ${fmtInt(slow.unique)} of ${fmtInt(fairness.load.accepted)} meanwhile; deleted (its backlog cancelled)`)
+  await call('DELETE', `${rig.server.origin}${keyed(fair, `/hooks/${slowHook!.id}`)}`)
+  const goal = PG ? 2000 : 500
+  summary.push(
+    target('one subscription, max: deliveries/s', `${fmtInt(max.rate)} /s`, `≥ ${fmtInt(goal)} /s`, max.rate >= goal),
+    ['one subscription, max: send → receipt p50 / p99', `${fmtMs(max.latency.p50)} / ${fmtMs(max.latency.p99)}`, '', ''],
+    ['one subscription, max: CPU per delivery', perDelivery(max.cpu, max.delivered).replace('CPU per delivery: ', ''), '', ''],
+    target(`one subscription at ${fmtInt(RATE_ONE)}/s: delivered, send → receipt p99`, `${fmtInt(at.delivered)} of ${fmtInt(at.load.sent)}, ${fmtMs(at.latency.p99)}`, 'all, < 250 ms', at.drained && !at.load.dropped && at.latency.p99 < 250),
+    target(`fairness: healthy p99 (slow one received ${fmtInt(slow.unique)})`, fmtMs(fairness.latency.p99), '< 100 ms', fairness.latency.p99 < 100),
+  )
 }
 
-/** The POST load on accounts without subscriptions, timed until every accepted message has been dispatched (none left `queued`). */
-async function apiAlone(rig: Rig, accounts: BenchAccount[], seconds: number) {
-  const sql = rig.sql!
-  await vacuum(rig)
-  const sender = newSender(rig.api, LOADGEN)
-  const measuring = startMeasuring(rig)
-  const load = await closedLoop(sender, accounts, seconds, 1_000_000)
-  sender.close()
-  const ids = accounts.map((a) => a.id)
-  for (let tries = 0; tries < 200; tries++) {
-    const [row] = await sql`select count(*)::int as n from messages where status = 'queued' and account_id = any(${ids}::text[])`
-    if (row!.n === 0) break
-    await sleep(25)
-  }
-  const untilDispatched = (epochNow() - load.firstSend) / 1000
-  const activity = await measuring.stopActivity()
-  return { load, rate: load.accepted / untilDispatched, cpu: measuring.stopCpu(), activity }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Phase 7: full tables
-
-/** ROWS delivered messages, events, deliveries and one attempt each, inserted with generate_series; answers the table sizes after. */
-async function fillTables(sql: Sql, subscriptions: Subscription[], template: { payload: string; id: string }) {
-  const accountIds = subscriptions.map((s) => s.account.id)
-  const hookIds = subscriptions.map((s) => s.hookId)
-  const n = subscriptions.length
+async function storm(rig: Rig, summary: Summary): Promise<void> {
+  const [a, b] = (await makeAccounts(rig, 2)) as [Account, Account]
+  const refusePort = freePort()
+  const hangPort = freePort()
+  await rig.receiver.listen(hangPort)
+  const half = Math.floor(BROKEN / 2)
+  const broken = Array.from({ length: BROKEN }, (_, i) => ({
+    account: a,
+    event: 'message.failed',
+    url: i < half ? `https://localhost:${refusePort}/refuse/${i}` : `https://localhost:${hangPort}/hang/${i}`,
+  }))
   const t0 = performance.now()
-  // Ids sort before the ULIDs the service makes (older), like rows from the past would; unique is all they need to be.
-  await sql.begin(async (tx) => {
-    await tx`insert into messages (id, account_id, direction, contact, body, status, created_at, updated_at)
-      select 'msg_00' || lpad(g::text, 24, '0'), (${accountIds}::text[])[1 + g % ${n}], 'outbound', '+14155550123', 'bench', 'delivered',
-             now() - interval '2 days' + g * interval '1 ms', now() - interval '2 days' + g * interval '1 ms'
-      from generate_series(1, ${ROWS}) g`
-    await tx`insert into events (id, account_id, type, payload, created_at)
-      select 'evt_00' || lpad(g::text, 24, '0'), (${accountIds}::text[])[1 + g % ${n}], 'message.delivered',
-             replace(${template.payload}, ${template.id}, 'evt_00' || lpad(g::text, 24, '0')), now() - interval '2 days' + g * interval '1 ms'
-      from generate_series(1, ${ROWS}) g`
-    await tx`insert into deliveries (id, event_id, hook_id, status, attempts, next_attempt_at, leased_until, created_at)
-      select 'dlv_00' || lpad(g::text, 24, '0'), 'evt_00' || lpad(g::text, 24, '0'), (${hookIds}::text[])[1 + g % ${n}], 'delivered', 1,
-             now() - interval '2 days' + g * interval '1 ms', null, now() - interval '2 days' + g * interval '1 ms'
-      from generate_series(1, ${ROWS}) g`
-    await tx`insert into delivery_attempts (id, delivery_id, hook_id, event_id, attempted_at, status_code, duration_ms, error, response_snippet)
-      select 'att_00' || lpad(g::text, 24, '0'), 'dlv_00' || lpad(g::text, 24, '0'), (${hookIds}::text[])[1 + g % ${n}], 'evt_00' || lpad(g::text, 24, '0'),
-             now() - interval '2 days' + g * interval '1 ms', 200, 3, null, 'ok'
-      from generate_series(1, ${ROWS}) g`
+  await subscribe(rig, broken, 4)
+  await subscribe(rig, [{ account: b, event: 'message.delivered', url: `${rig.receiver.origin}/healthy` }])
+  log(`account A: ${BROKEN} subscriptions to message.failed (${half} at closed port ${refusePort}, ${BROKEN - half} at a listener on ${hangPort} that never answers), made in ${((performance.now() - t0) / 1000).toFixed(1)} s; account B: one healthy subscription`)
+  await measure(rig, { label: 'warm-up', groups: ['healthy'], fan: 1, load: () => closedLoop(rig, [{ account: b }], 5, 500) })
+
+  const expectedBroken = FAILED_MESSAGES * BROKEN
+  log(`storm: B at ${STORM_RATE}/s for ${STORM_SECONDS} s; after 1 s, ${FAILED_MESSAGES} of A's messages fail → ${fmtInt(expectedBroken)} deliveries to broken receivers`)
+  let failedLoad: Load | undefined
+  const healthy = await measure(rig, {
+    label: `storm: B's healthy subscription at ${STORM_RATE}/s`,
+    groups: ['healthy'],
+    fan: 1,
+    drainMs: 30_000,
+    load: async () => {
+      const fails = sleep(1000).then(async () => (failedLoad = await closedLoop(rig, [{ account: a, to: '+14155550000' }], 60, FAILED_MESSAGES)))
+      const load = await openLoop(rig, [{ account: b }], STORM_RATE, STORM_SECONDS)
+      await fails
+      return load
+    },
   })
-  const [counts] = await sql`select (select count(*) from events)::int as events, (select count(*) from deliveries)::int as deliveries,
-                                        (select count(*) from delivery_attempts)::int as attempts`
-  return { seconds: (performance.now() - t0) / 1000, events: counts!.events as number, deliveries: counts!.deliveries as number, attempts: counts!.attempts as number }
+  printResult(healthy)
+  log(`  A: ${fmtInt(failedLoad!.accepted)} of ${FAILED_MESSAGES} failing messages accepted${failedLoad!.errors ? `, ${failedLoad!.errors} ERRORS (${failedLoad!.firstError})` : ''}; ${fmtInt(onGroups(healthy.stats, ['hang']).hung)} requests held by the hanging receiver`)
+  if (rig.sql) {
+    const rows = await rig.sql`select d.status, count(*)::int as n, sum(d.attempts)::int as attempts from deliveries d join hooks h on h.id = d.hook_id where h.account_id = ${a.id} group by 1 order by 1`
+    log(`  A's deliveries now: ${rows.map((r) => `${r.status} ${fmtInt(r.n)}`).join(', ')}; ${fmtInt(rows.reduce((s, r) => s + r.attempts, 0))} attempts so far`)
+  }
+  const goal = PG ? 100 : 250
+  summary.push(
+    target(`storm: B delivered, p50 / p99 (${fmtInt(expectedBroken)} broken deliveries queued)`, `${fmtInt(healthy.delivered)} of ${fmtInt(healthy.load.sent)}, ${fmtMs(healthy.latency.p50)} / ${fmtMs(healthy.latency.p99)}`, `all, p99 < ${goal} ms`, healthy.drained && !healthy.load.dropped && healthy.latency.p99 < goal),
+  )
+
+  // Recovery: a healthy listener on the closed port, the hanging one answers.
+  await rig.receiver.listen(refusePort)
+  await rig.receiver.heal()
+  const r0 = performance.now()
+  const stop = startMeter(rig)
+  let delivered = 0
+  let lastLog = r0
+  for (;;) {
+    delivered = onGroups(await rig.receiver.stats(), ['refuse', 'hang']).unique
+    const elapsed = (performance.now() - r0) / 1000
+    if (delivered >= expectedBroken || elapsed >= RECOVER_SECONDS) break
+    if (performance.now() - lastLog >= 30_000) {
+      log(`  recovering: ${fmtInt(delivered)} of ${fmtInt(expectedBroken)} delivered after ${elapsed.toFixed(0)} s`)
+      lastLog = performance.now()
+    }
+    await sleep(250)
+  }
+  const seconds = (performance.now() - r0) / 1000
+  const cpu = stop()
+  const all = delivered >= expectedBroken
+  log(`recovery: ${fmtInt(delivered)} of ${fmtInt(expectedBroken)} delivered ${all ? `in ${seconds.toFixed(1)} s` : `when the wait ended after ${RECOVER_SECONDS} s`}`)
+  log(`  cores: ${fmtCores(cpu)}${delivered ? `; ${perDelivery(cpu, delivered)}` : ''}`)
+  summary.push([`storm: recovery, all ${fmtInt(expectedBroken)} delivered`, all ? `in ${seconds.toFixed(1)} s` : `NO: ${fmtInt(delivered)} within ${RECOVER_SECONDS} s`, '', ''])
 }
 
-/** Deliveries of `hookIds` not yet 'delivered', after waiting up to 5 s: the last attempts are recorded just after the receiver has answered them. */
-async function pendingDeliveries(sql: Sql, hookIds: string[]): Promise<number> {
-  let pending = 0
-  for (let tries = 0; tries < 100; tries++) {
-    pending = (await sql`select count(*)::int as n from deliveries where status <> 'delivered' and hook_id = any(${hookIds}::text[])`)[0]!.n as number
-    if (pending === 0) break
-    await sleep(50)
+/** Cumulative bucket counts of a Prometheus histogram (summed over label sets), or null when the metric is absent. */
+async function histogram(rig: Rig, name: string): Promise<Map<number, number> | null> {
+  const text = await fetch(`http://127.0.0.1:${rig.metricsPort}/metrics`, { signal: AbortSignal.timeout(10_000) }).then((r) => r.text()).catch(() => '')
+  if (!text.includes('# TYPE')) log(`  (the metrics endpoint on port ${rig.metricsPort} did not answer)`)
+  const buckets = new Map<number, number>()
+  for (const m of text.matchAll(new RegExp(`^${name}_bucket\\{(?:.*,)?le="([^"]+)"[^}]*\\} (\\S+)`, 'gm'))) {
+    const le = m[1] === '+Inf' ? Infinity : Number(m[1])
+    buckets.set(le, (buckets.get(le) ?? 0) + Number(m[2]))
   }
-  return pending
+  return buckets.size ? buckets : null
+}
+
+/** p99 between two scrapes: the upper bound of the bucket it falls in. */
+function histogramP99(before: Map<number, number> | null, after: Map<number, number> | null): string {
+  if (!after) return 'n/a'
+  const les = [...after.keys()].sort((x, y) => x - y)
+  const delta = les.map((le) => after.get(le)! - (before?.get(le) ?? 0))
+  const total = delta.at(-1)!
+  if (!total) return 'no claims'
+  const i = delta.findIndex((n) => n >= 0.99 * total)
+  return les[i] === Infinity ? `> ${fmtMs(les[i - 1]! * 1000)}` : `≤ ${fmtMs(les[i]! * 1000)}`
+}
+
+async function growth(rig: Rig, summary: Summary): Promise<void> {
+  const deadline = started + MINUTES * 60_000 - 20_000
+  const accounts = await makeAccounts(rig, 100)
+  const held = new Map<Account, number>()
+  const table: string[][] = [['subscriptions', 'deliveries/s', 'send → receipt p99', 'all delivered', 'claim p99 (metrics)', 'subscriptions made in']]
+  const rates = new Map<number, number>()
+  let warmed = false
+  for (const count of [1, 10, 100, 10_000]) {
+    if (Date.now() > deadline - 60_000) {
+      log(`step ${fmtInt(count)}: skipped, less than a minute of the --minutes ${MINUTES} budget left`)
+      table.push([fmtInt(count), 'skipped (time)', '', '', '', ''])
+      continue
+    }
+    const perAccount = Math.min(100, count)
+    const used = accounts.slice(0, Math.ceil(count / perAccount))
+    const wanted = used.flatMap((account, n) => Array.from({ length: perAccount - (held.get(account) ?? 0) }, (_, i) => ({ account, event: 'message.delivered', url: `${rig.receiver.origin}/g/${n}-${(held.get(account) ?? 0) + i}` })))
+    const t0 = performance.now()
+    await subscribe(rig, wanted, 32)
+    const made = (performance.now() - t0) / 1000
+    for (const a of used) held.set(a, perAccount)
+    log(`step ${fmtInt(count)} subscription${count > 1 ? 's' : ''}: ${fmtInt(wanted.length)} made through the API in ${made.toFixed(1)} s`)
+    if (!warmed) {
+      await measure(rig, { label: 'warm-up', groups: ['g'], fan: 1, load: () => closedLoop(rig, [{ account: accounts[0]! }], 5, 1000) })
+      warmed = true
+    }
+    const messages = Math.ceil(DELIVERIES / count) * used.length
+    const before = await histogram(rig, 'webhook_claim_duration_seconds')
+    const drainMs = Math.max(10_000, Math.min(DRAIN_MS, deadline - Date.now() - 30_000))
+    const r = await measure(rig, { label: `${fmtInt(count)} subscription${count > 1 ? 's' : ''}, ${fmtInt(messages)} messages`, groups: ['g'], fan: perAccount, drainMs, load: () => closedLoop(rig, used.map((account) => ({ account })), 600, messages) })
+    const claim = histogramP99(before, await histogram(rig, 'webhook_claim_duration_seconds'))
+    printResult(r)
+    log(`  claim statement p99 (webhook_claim_duration_seconds): ${claim}`)
+    rates.set(count, r.rate)
+    table.push([fmtInt(count), fmtInt(r.rate), fmtMs(r.latency.p99), r.drained ? 'yes' : `no (${fmtInt(r.delivered)} of ${fmtInt(r.expected)})`, claim, `${made.toFixed(1)} s`])
+  }
+  console.log()
+  printTable(table)
+  const ratio = (rates.get(10_000) ?? Number.NaN) / (rates.get(100) ?? Number.NaN)
+  summary.push(target('growth: deliveries/s with 10,000 subscriptions / with 100', fmtFixed(ratio, 2), '≥ 0.90', ratio >= 0.9))
+  console.log(`\n10,000 ≥ 0.9 × 100: ${verdict(ratio >= 0.9)} (${fmtFixed(ratio, 2)})`)
+}
+
+async function fanout(rig: Rig, summary: Summary): Promise<void> {
+  const [account] = (await makeAccounts(rig, 1)) as [Account]
+  const wanted = Array.from({ length: 100 }, (_, i) => ({ account, event: 'message.delivered', url: `${rig.receiver.origin}/fan/${i}` }))
+  await subscribe(rig, wanted, 4)
+  const messages = Math.ceil(DELIVERIES / 100)
+  await measure(rig, { label: 'warm-up', groups: ['fan'], fan: 100, load: () => closedLoop(rig, [{ account }], 10, 20) })
+  const r = await measure(rig, { label: `fanout: 100 subscriptions, ${fmtInt(messages)} messages`, groups: ['fan'], fan: 100, load: () => closedLoop(rig, [{ account }], 60, messages) })
+  printResult(r)
+  summary.push(target('fanout, 100 subscriptions of one event type: deliveries/s', `${fmtInt(r.rate)} /s`, '≥ 5,000 /s', r.rate >= 5000), ['… send → receipt p50 / p99', `${fmtMs(r.latency.p50)} / ${fmtMs(r.latency.p99)}`, '', ''])
+}
+
+/** Inserts ROWS events (one delivery and one attempt each) spread over the last 33 days, ids encoding their time as the service's do. */
+async function seedRows(sql: Sql, account: Account, hook: Hook): Promise<void> {
+  const [sample] = await sql`select id, payload from events where account_id = ${account.id} limit 1`
+  const tid = `(select string_agg(substr('0123456789abcdefghjkmnpqrstvwxyz', ((ms >> (5 * (9 - i))) & 31)::int + 1, 1), '' order by i) from generate_series(0, 9) i)`
+  await sql.unsafe(`create function pg_temp.tid(ms bigint) returns text language sql immutable as $$ select ${tid} $$`)
+  const batch = 500_000
+  const t0 = performance.now()
+  for (let from = 1; from <= ROWS; from += batch) {
+    const to = Math.min(ROWS, from + batch - 1)
+    await sql.begin(async (tx) => {
+      await tx`create temp table seed on commit drop as
+        select g, t, pg_temp.tid((extract(epoch from t) * 1000)::bigint) || lpad(g::text, 16, '0') as sfx
+        from (select g, now() - interval '33 days' + (g::float8 / ${ROWS}) * interval '33 days' as t from generate_series(${from}::int, ${to}::int) g) s`
+      await tx`insert into events (id, account_id, type, payload, created_at)
+        select 'evt_' || sfx, ${account.id}, 'message.delivered', replace(${sample!.payload}, ${sample!.id}, 'evt_' || sfx), t from seed`
+      await tx`insert into deliveries (id, event_id, hook_id, status, attempts, next_attempt_at, created_at)
+        select 'dlv_' || sfx, 'evt_' || sfx, ${hook.id}, case when g % 100 = 0 then 'failed' else 'delivered' end, 1, t, t from seed`
+      await tx`insert into delivery_attempts (id, delivery_id, hook_id, event_id, attempted_at, status_code, duration_ms, response_snippet)
+        select 'att_' || sfx, 'dlv_' || sfx, ${hook.id}, 'evt_' || sfx, t, case when g % 100 = 0 then 500 else 204 end, 3, '' from seed`
+    })
+    log(`  seeded ${fmtInt(to)} of ${fmtInt(ROWS)} (${fmtInt(to / ((performance.now() - t0) / 1000))} rows/s)`)
+  }
+  await sql`vacuum analyze events, deliveries, delivery_attempts`
+}
+
+/** `REQUESTS` GETs of `path`, one at a time, after 10 unmeasured: p50/p99 in ms. */
+async function timedGets(rig: Rig, path: string) {
+  const times: number[] = []
+  for (let i = 0; i < REQUESTS + 10; i++) {
+    const t0 = performance.now()
+    const r = await call('GET', `${rig.server.origin}${path}`)
+    if (r.status !== 200) fail(`GET ${redact(path)}: ${r.status} ${redact(r.text).slice(0, 300)}`)
+    if (i >= 10) times.push(performance.now() - t0)
+  }
+  return percentiles(times)
+}
+
+async function rows(rig: Rig, summary: Summary): Promise<void> {
+  const sql = rig.sql!
+  const [account] = (await makeAccounts(rig, 1)) as [Account]
+  const [hook] = await subscribe(rig, [{ account, event: 'message.delivered', url: `${rig.receiver.origin}/one` }])
+  // 10,000 subscriptions (100 accounts × 100), 20,000 deliveries, on the empty and then the full database; made first, so
+  // that the one-subscription phases both run beside them.
+  const many = cli.flag('skip-many') ? [] : await makeAccounts(rig, 100)
+  const m0 = performance.now()
+  await subscribe(rig, many.flatMap((a, n) => Array.from({ length: 100 }, (_, i) => ({ account: a, event: 'message.delivered', url: `${rig.receiver.origin}/g/${n}-${i}` }))), 32)
+  if (many.length) log(`10,000 subscriptions on 100 more accounts, made through the API in ${((performance.now() - m0) / 1000).toFixed(1)} s`)
+  const run = async (phase: Phase) => {
+    const r = await measure(rig, phase)
+    printResult(r)
+    // What did not arrive would weigh on what follows: canceled (the state a deleted subscription's deliveries get).
+    const left = r.drained ? { count: 0 } : await sql`update deliveries set status = 'canceled' where status = 'pending'`
+    if (left.count) log(`  ${fmtInt(left.count)} deliveries of this phase still pending: canceled by SQL so that they do not weigh on what follows`)
+    return r
+  }
+  const manyPhase = (label: string) => run({ label, groups: ['g'], fan: 100, load: () => closedLoop(rig, many.map((a) => ({ account: a })), 600, Math.ceil(DELIVERIES / 10_000) * 100) })
+  const phase = (label: string) => run({ label, groups: ['one'], fan: 1, load: () => closedLoop(rig, [{ account }], SECONDS, 200_000) })
+  await measure(rig, { label: 'warm-up', groups: ['one'], fan: 1, load: () => closedLoop(rig, [{ account }], 5, 1000) })
+  await sql`vacuum analyze events, deliveries, delivery_attempts, messages`
+  const empty = await phase('one subscription, closed loop, empty database')
+  const manyEmpty = many.length ? await manyPhase('10,000 subscriptions, empty database') : null
+  log(`seeding ${fmtInt(ROWS)} events, deliveries and attempts (generate_series, batches of 500,000), then VACUUM ANALYZE`)
+  const t0 = performance.now()
+  await seedRows(sql, account, hook!)
+  log(`  done in ${((performance.now() - t0) / 1000).toFixed(0)} s`)
+  const full = await phase(`one subscription, closed loop, +${fmtInt(ROWS)} rows`)
+  const manyFull = many.length ? await manyPhase(`10,000 subscriptions, +${fmtInt(ROWS)} rows`) : null
+  const manyRatio = manyFull && manyEmpty ? manyFull.rate / manyEmpty.rate : Number.NaN
+  const ratio = full.rate / empty.rate
+  const failed = await timedGets(rig, keyed(account, `/hooks/${hook!.id}/deliveries`).replace('?', '?state=failed&'))
+  log(`GET …/deliveries?state=failed, ${REQUESTS} one at a time: ${fmtP(failed)}`)
+  const since = new Date(Date.now() - 86_400_000).toISOString()
+  const events = await timedGets(rig, keyed(account, '/events').replace('?', `?since=${encodeURIComponent(since)}&`))
+  log(`GET …/events?since=<one day ago>, ${REQUESTS} one at a time: ${fmtP(events)}`)
+  const handle = postgresDatabase(rig.store.database!.url.href, { max: 1 })
+  const r0 = performance.now()
+  const deleted = await deleteExpiredEvents(handle.db, { retentionDays: 30 }).finally(() => handle.close())
+  const retention = (performance.now() - r0) / 1000
+  log(`retention (deleteExpiredEvents, 30 days): ${fmtInt(deleted)} events with their deliveries and attempts deleted in ${retention.toFixed(1)} s (${fmtInt(deleted / retention)} events/s)`)
+  summary.push(
+    ['rows: one subscription, empty → full: deliveries/s', `${fmtInt(empty.rate)} → ${fmtInt(full.rate)} /s`, '', ''],
+    target(`rows: full / empty (+${fmtInt(ROWS)} rows)`, fmtFixed(ratio, 2), '≥ 0.90', ratio >= 0.9),
+    target('rows: GET …/deliveries?state=failed p99', fmtMs(failed.p99), '< 50 ms', failed.p99 < 50),
+    target('rows: GET …/events?since= p99', fmtMs(events.p99), '< 50 ms', events.p99 < 50),
+    ['rows: one retention run', `${fmtInt(deleted)} events in ${retention.toFixed(1)} s`, '', ''],
+    manyFull && manyEmpty
+      ? target('rows: 10,000 subscriptions, full / empty: deliveries/s', `${fmtInt(manyEmpty.rate)} → ${fmtInt(manyFull.rate)} /s, ${fmtFixed(manyRatio, 2)}`, '≥ 0.90', manyRatio >= 0.9)
+      : ['rows: 10,000 subscriptions', 'skipped (--skip-many)', '', ''],
+  )
 }
 
 // ---------------------------------------------------------------------------------------------
-// Main: the phases in order, then the summary
 
 async function main(): Promise<number> {
   const workDir = tempDir('bench-webhooks-')
-  let pgVersion = ''
-  if (PG) {
-    const admin = connect(ADMIN_URL)
-    try {
-      pgVersion = (await admin`show server_version`)[0]!.server_version as string
-    } catch (error) {
-      fail(`cannot connect to ${ADMIN_URL.host} (${(error as Error).message}); is PostgreSQL running? (DATABASE_URL)`)
-    } finally {
-      await admin.end({ timeout: 5 })
-    }
-  }
-
-  console.log(`Webhook delivery end to end (issue 11), ${PG ? 'PostgreSQL' : 'PGlite'}`)
-  printFields([...machineFields('machine', `${cpus().length} cores`), ['database', PG ? `PostgreSQL ${pgVersion} on ${ADMIN_URL.host}` : 'PGlite, embedded in the server']], 12)
-  const receiver = await startReceiver(workDir)
-  printFields(
-    [
-      ['tables', PG ? { vacuum: 'VACUUM ANALYZE before every phase', analyze: 'ANALYZE before every phase', none: 'left to autovacuum (--tables none)' }[TABLES] : '–'],
-      ['receiver', `${receiver.origin} (bench/webhook-receiver.ts, own process, answers 200 "ok"; /delay/<ms>/… after <ms>)`],
-      ['load', `POST …/messages from this process, ${LOADGEN === 'lean' ? 'the lean client (bench/http-client.ts)' : 'Bun fetch'}, ${CONCURRENCY} connections`],
-    ],
-    12,
-  )
-  console.log()
-
-  // 0. What the load generator costs.
-  log(`load generator cost: POST at ${fmtInt(LOADGEN_COST_RATE)}/s for 3 s to a bare Bun.serve, Bun fetch then the lean client`)
-  const cost = await loadgenCost(workDir)
-  for (const kind of ['fetch', 'lean'] as const) {
-    const c = cost[kind]
-    log(`  ${kind.padEnd(5)}: ${fmtFixed(c.loadgenUs, 1)} µs CPU per request (${fmtInt(c.accepted)} answered, ${c.errors} errors, answer p50 ${fmtMs(c.answer.p50)}, p99 ${fmtMs(c.answer.p99)})`)
-  }
-
-  // 1. Raw ceiling.
-  let raw: Awaited<ReturnType<typeof rawCeiling>> | undefined
-  if (PG && RAW_SECONDS > 0) {
-    log(`raw ceiling: Bun fetch POST → receiver, concurrency ${CONCURRENCY}, ${RAW_SECONDS} s after a 2 s warm-up`)
-    raw = await rawCeiling(receiver)
-    log(`raw ceiling: ${fmtInt(raw.rate)} requests/s (${fmtInt(raw.requests)} requests, ${raw.bodyBytes}-byte body); round trip ${fmtLatency(raw.roundTrip)}`)
-    log(`  ${fmtCpu(raw.cpu)}`)
-  }
-
-  // The storage, fresh, removed at the end; the service on it, default settings.
-  const storage = PG ? await postgresStorage(ADMIN_URL, `bench_webhooks_${Date.now()}`, 'DATABASE_URL', 'bench-webhooks') : pgliteStorage('bench-webhooks')
-  log(storage.describe)
-  // The receiver's CA joins the runtime's trust store at start (NODE_EXTRA_CA_CERTS), as a public
-  // CA is for a real receiver. WEBHOOK_CA_FILE would make every attempt pass the whole CA list to
-  // fetch, which Bun parses per request (about 110 µs of CPU each: docs/performance.md).
-  // API_RATE_LIMIT=0: the load sends thousands of messages a second with one API key, as an
-  // integrator whose limit was raised for that volume would.
-  const serviceEnv = { ...storage.env, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', NODE_EXTRA_CA_CERTS: receiver.caFile, API_RATE_LIMIT: '0' }
-  const server = await startService('server', serviceEnv, workDir)
-  log(`server: bun src/main.ts on ${server.origin}, LOG_LEVEL default (info), WEBHOOK_* defaults, API_RATE_LIMIT=0`)
-  let sql: Sql | null = null
-  let probe: Sql | null = null
-  if (storage.database) {
-    const s = connect(storage.database.url, { connection: { application_name: 'bench' } })
-    const p = connect(storage.database.url, { connection: { application_name: 'bench' } })
-    onCleanup(() => s.end({ timeout: 5 }))
-    onCleanup(() => p.end({ timeout: 5 }))
-    sql = s
-    probe = p
-  }
-  const rig: Rig = { receiver, server, api: server.origin, database: storage.database?.name ?? null, sql, probe }
-
-  const names = ['bench one', 'bench fairness', ...(PG ? Array.from({ length: ACCOUNTS }, (_, i) => `bench ${i}`) : [])]
-  const accounts = await makeAccounts(rig, storage.database?.url ?? null, names)
-  const [oneAccount, fairAccount, ...many] = accounts as [BenchAccount, BenchAccount, ...BenchAccount[]]
-  const one = await subscribe(rig, oneAccount, '/one')
-  const slow = await subscribe(rig, fairAccount, `/delay/${SLOW_MS}/slow`)
-  const healthy = await subscribe(rig, fairAccount, '/healthy')
-  const spread: Subscription[] = []
-  for (const [n, account] of many.entries()) spread.push(await subscribe(rig, account, `/hook/${n}`))
-  log(
-    `accounts: one with one subscription (/one); one with two (/delay/${SLOW_MS}/slow, /healthy)` +
-      `${PG ? `; ${ACCOUNTS} with one each (/hook/<n>)` : ''}: message.delivered to ${receiver.origin}`,
-  )
-
-  // Warm-up: JIT, the worker's connections to the receiver, the server's caches.
-  const warmSubs = PG ? [...spread, one] : [one]
-  const warm = await deliveryPhase(rig, { label: 'warm-up', subscriptions: warmSubs, load: { kind: 'closed', seconds: 5, max: WARMUP_MESSAGES } })
-  log(`warm-up: ${fmtInt(warm.delivered)} of ${fmtInt(warm.load.accepted)} delivered`)
-  if (warm.delivered === 0) fail('no delivery arrived during the warm-up: is the delivery worker running?')
-
-  // 2. One subscription, max.
-  log(`one subscription, max: closed loop, ${CONCURRENCY} POSTs outstanding, ${SEND_SECONDS} s`)
-  const oneMax = await deliveryPhase(rig, { label: 'one subscription, max', subscriptions: [one], load: { kind: 'closed', seconds: SEND_SECONDS, max: MESSAGES } })
-  printDelivery(oneMax)
-
-  // 3. One subscription at the target rate.
-  log(`one subscription at ${fmtInt(RATE_ONE)}/s: open loop for ${RATE_ONE_SECONDS} s`)
-  const oneRate = await deliveryPhase(rig, { label: `one subscription at ${fmtInt(RATE_ONE)}/s`, subscriptions: [one], load: { kind: 'open', rate: RATE_ONE, seconds: RATE_ONE_SECONDS } })
-  printDelivery(oneRate)
-
-  // 4. Fairness.
-  log(`fairness: ${FAIR_RATE} messages/s for ${FAIR_SECONDS} s to one account with a slow (${SLOW_MS} ms) and a healthy subscription`)
-  const fair = await deliveryPhase(rig, {
-    label: 'fairness (healthy subscription)',
-    subscriptions: [healthy],
-    others: [slow],
-    load: { kind: 'open', rate: FAIR_RATE, seconds: FAIR_SECONDS },
-  })
-  printDelivery(fair)
-  const slowGot = fair.others[slow.receiverPath]!
-  await unsubscribe(rig, slow) // cancels its backlog
-  log(`fairness: the slow subscription received ${fmtInt(slowGot.unique)} of ${fmtInt(fair.load.accepted)} by the end of the phase; deleted (its pending deliveries cancelled)`)
-
-  // 5. 32 subscriptions.
-  let many32: DeliveryResult | undefined
-  if (PG) {
-    log(`${ACCOUNTS} subscriptions: closed loop, ${CONCURRENCY} POSTs outstanding over ${ACCOUNTS} accounts, ${SEND_SECONDS} s`)
-    many32 = await deliveryPhase(rig, { label: `${ACCOUNTS} subscriptions`, subscriptions: spread, load: { kind: 'closed', seconds: SEND_SECONDS, max: MESSAGES } })
-    printDelivery(many32)
-  }
-
-  // 6. Latency (commit → receipt).
-  const latencySubs = PG ? spread : [one]
-  log(`latency: one message every ${fmtFixed(1000 / RATE, 1)} ms for ${LATENCY_SECONDS} s over ${latencySubs.length} subscription(s)`)
-  const latency = await deliveryPhase(rig, { label: `latency at ${RATE}/s`, subscriptions: latencySubs, load: { kind: 'open', rate: RATE, seconds: LATENCY_SECONDS } })
-  printDelivery(latency)
-
-  // A real event body, for the rows this script inserts itself.
-  let template = { payload: rawBody('evt_00000000000000000000000000'), id: 'evt_00000000000000000000000000' }
-  if (sql) {
-    const [sample] = await sql`select payload from events limit 1`
-    const payload = sample?.payload as string | undefined
-    if (payload) template = { payload, id: /"id":"(evt_[^"]+)"/.exec(payload)?.[1] ?? template.id }
-  }
-
-  // Diagnostics.
-  let backlog: Awaited<ReturnType<typeof workerBacklog>> | undefined
-  let api: Awaited<ReturnType<typeof apiAlone>> | undefined
-  if (PG && DIAGNOSTICS) {
-    if (BACKLOG > 0) {
-      log(`worker alone: ${fmtInt(BACKLOG)} pending deliveries (the service's own event body, ${Buffer.byteLength(template.payload)} bytes) inserted by SQL in one transaction, then NOTIFY ${DELIVERIES_CHANNEL}`)
-      backlog = await workerBacklog(rig, spread, BACKLOG, template)
-      log(`worker alone: ${fmtInt(backlog.delivered)} delivered → ${fmtInt(backlog.rate)} deliveries/s`)
-      log(`  ${fmtCpu(backlog.cpu)}`)
-      log(`  ${perDelivery(backlog.cpu, backlog.delivered)}`)
-      printActivity(backlog.activity)
-    }
-    const quiet = await makeAccounts(rig, storage.database!.url, Array.from({ length: ACCOUNTS }, (_, i) => `bench, no subscription ${i}`))
-    log(`API alone: POST …/messages at concurrency ${CONCURRENCY} for ${API_SECONDS} s on ${ACCOUNTS} accounts without subscriptions`)
-    api = await apiAlone(rig, quiet, API_SECONDS)
-    log(`API alone: ${fmtInt(api.load.accepted)} accepted (${fmtInt(api.load.accepted / api.load.sendSeconds)}/s), all dispatched → ${fmtInt(api.rate)} messages/s${api.load.errors ? `, ${api.load.errors} ERRORS` : ''}`)
-    log(`  ${fmtCpu(api.cpu)}`)
-    log(`  ${perDelivery(api.cpu, api.load.accepted, 'message')}`)
-    printActivity(api.activity)
-  }
-
-  // 7. Full tables.
-  const skipped: string[] = []
-  let full: DeliveryResult | undefined
-  if (PG && ROWS > 0) {
-    if (Date.now() - started > LAST_PHASE_BY_MS) skipped.push(`the full-table phase was skipped: the run had already taken ${elapsed().trim()}`)
-    else {
-      const filled = await fillTables(sql!, [one, ...spread], template)
-      log(
-        `full table: ${fmtInt(ROWS)} delivered messages/events/deliveries/attempts inserted in ${filled.seconds.toFixed(1)} s; ` +
-          `now ${fmtInt(filled.events)} events, ${fmtInt(filled.deliveries)} deliveries, ${fmtInt(filled.attempts)} attempts`,
-      )
-      full = await deliveryPhase(rig, { label: 'one subscription, max, full table', subscriptions: [one], load: { kind: 'closed', seconds: SEND_SECONDS, max: MESSAGES } })
-      printDelivery(full)
-      // What one delivered message costs on disk (its message, event, one delivery, one attempt, with every index): the table growth per day in docs/performance.md.
-      await sql!`vacuum analyze messages, events, deliveries, delivery_attempts`
-      const sizes = await sql!`select relname as table, pg_total_relation_size(relid)::bigint as bytes, n_live_tup::bigint as rows
-        from pg_stat_user_tables where relname in ('messages', 'events', 'deliveries', 'delivery_attempts') order by relname`
-      const perMessage = sizes.reduce((sum, row) => sum + Number(row.bytes) / Math.max(1, Number(row.rows)), 0)
-      log(`storage: ${sizes.map((row) => `${row.table} ${fmtInt(Number(row.rows))} rows, ${fmtInt(Number(row.bytes) / Math.max(1, Number(row.rows)))} bytes/row`).join('; ')}`)
-      log(`storage: about ${fmtInt(perMessage)} bytes per delivered message (its message, event, delivery and attempt, indexes included)`)
-    }
-  }
-
-  // What was wrong.
-  const phases = [warm, oneMax, oneRate, fair, latency, ...(many32 ? [many32] : []), ...(full ? [full] : [])]
-  const loads = [...phases.map((p) => p.load), ...(api ? [api.load] : [])]
-  const sendErrors = loads.reduce((sum, l) => sum + l.errors, 0)
-  const dropped = loads.reduce((sum, l) => sum + l.dropped, 0)
-  const pending = sql ? await pendingDeliveries(sql, [one, healthy, ...spread].map((s) => s.hookId)) : 0
-  const serverCheck = await inspectServer(server, redact)
-  const problems = [
-    ...(raw?.problems ?? []),
-    ...Object.entries(cost).flatMap(([kind, c]) => (c.errors ? [`load generator cost (${kind}): ${c.errors} failed requests, e.g. ${c.firstError}`] : [])),
-    ...skipped,
-    ...(pending ? [`${pending} deliveries of the current subscriptions are not 'delivered' at the end`] : []),
-    ...(sendErrors ? [`${sendErrors} POST …/messages did not answer 202, e.g. ${loads.find((l) => l.firstError)?.firstError}`] : []),
-    ...serverCheck.problems,
-  ]
-  const notes = [
-    ...phases.filter((p) => !p.drained).map((p) => `${p.label}: ${fmtInt(p.load.accepted - p.delivered)} of ${fmtInt(p.load.accepted)} deliveries had not arrived ${DRAIN_MS / 1000} s after the last send (counted as infinite latency, then cancelled)`),
-    ...(dropped ? [`${fmtInt(dropped)} open-loop messages could not be sent within ${OPEN_LOOP_GRACE_MS / 1000} s of the schedule's end (the API did not take them): dropped`] : []),
-  ]
-
-  // Summary.
-  console.log()
-  const verdict = (met: boolean) => (met ? 'met' : 'NOT MET')
-  const p99 = (r: DeliveryResult) => fmtLat(r.sendLatency.p99)
-  const rateTarget = PG ? TARGET_RATE : TARGET_RATE_PGLITE
-  const keptUp = oneRate.arrivalRate >= AT_RATE_TOLERANCE * RATE_ONE && oneRate.drained && oneRate.load.dropped === 0
-  const fullRatio = full ? full.rate / oneMax.rate : Number.NaN
-  console.log(`Summary (${PG ? 'PostgreSQL' : 'PGlite'}, ${cpus().length} cores, LOG_LEVEL=info; everything on this machine, over loopback)`)
-  const rows: string[][] = [
-    ['figure', 'value', 'target', 'verdict'],
-    [`load generator CPU per POST at ${fmtInt(LOADGEN_COST_RATE)}/s: Bun fetch / lean client`, `${fmtFixed(cost.fetch.loadgenUs, 0)} / ${fmtFixed(cost.lean.loadgenUs, 0)} µs`, '', ''],
-    ...(raw ? [[`raw ceiling: Bun fetch → HTTPS receiver, c=${CONCURRENCY}`, `${fmtInt(raw.rate)} req/s`, '', '']] : []),
-    ['one subscription, max: API accept rate', `${fmtInt(oneMax.load.accepted / oneMax.load.sendSeconds)} /s`, '', ''],
-    ['one subscription, max: deliveries/s', `${fmtInt(oneMax.rate)} /s`, `≥ ${fmtInt(rateTarget)} /s`, verdict(oneMax.rate >= rateTarget)],
-    ['one subscription, max: send → receipt p50 / p99', `${fmtLat(oneMax.sendLatency.p50)} / ${p99(oneMax)}`, '', ''],
-    [`one subscription at ${fmtInt(RATE_ONE)}/s offered: delivered/s`, `${fmtInt(oneRate.arrivalRate)} /s`, `≥ ${fmtInt(AT_RATE_TOLERANCE * RATE_ONE)} /s, all`, verdict(keptUp)],
-    [`one subscription at ${fmtInt(RATE_ONE)}/s offered: send → receipt p99`, p99(oneRate), PG ? `< ${TARGET_P99_ONE_MS} ms` : '', PG ? verdict(oneRate.sendLatency.p99 < TARGET_P99_ONE_MS) : ''],
-    [`fairness at ${FAIR_RATE}/s: healthy subscription, send → receipt p99`, p99(fair), `< ${TARGET_P99_FAIR_MS} ms`, verdict(fair.sendLatency.p99 < TARGET_P99_FAIR_MS)],
-    [`fairness: healthy delivered / slow (${SLOW_MS} ms) received`, `${fmtInt(fair.delivered)} / ${fmtInt(slowGot.unique)} of ${fmtInt(fair.load.accepted)}`, '', ''],
-    ...(many32 ? [[`${ACCOUNTS} subscriptions: deliveries/s`, `${fmtInt(many32.rate)} /s`, `≥ ${fmtInt(TARGET_RATE)} /s`, verdict(many32.rate >= TARGET_RATE)]] : []),
-    [`latency at ${RATE}/s: commit → receipt p50 / p99 (max)`, `${fmtLat(latency.eventLatency.p50)} / ${fmtLat(latency.eventLatency.p99)} (${fmtLat(latency.eventLatency.max)})`, `p99 < ${TARGET_P99_COMMIT_MS} ms`, verdict(latency.eventLatency.p99 < TARGET_P99_COMMIT_MS)],
-    ...(backlog ? [[`worker alone, draining ${fmtInt(BACKLOG)} pending (no API load)`, `${fmtInt(backlog.rate)} /s`, '', '']] : []),
-    ...(api ? [['messages API alone, no subscriptions (accepted and dispatched)', `${fmtInt(api.rate)} /s`, '', '']] : []),
-    ...(full
-      ? [
-          [`one subscription, max, +${fmtInt(ROWS)} delivered rows: deliveries/s`, `${fmtInt(full.rate)} /s`, '', ''],
-          ['full / empty (one subscription, max)', fmtFixed(fullRatio, 2), `≥ ${TARGET_FULL_RATIO.toFixed(2)}`, verdict(fullRatio >= TARGET_FULL_RATIO)],
-        ]
-      : []),
-    ...(PG ? [['PGlite, one subscription, max: deliveries/s', 'bun bench/webhooks.ts --database pglite', `≥ ${fmtInt(TARGET_RATE_PGLITE)} /s`, '–']] : []),
-    ['GET /v0/account, API key and bearer, vs bare Bun.serve', 'bun bench/account.ts', '≥ 0.50', '–'],
-  ]
-  printTable(rows, 1)
-  console.log()
-  if (notes.length) {
-    console.log('Notes:')
-    for (const note of notes) console.log(`- ${note}`)
-    console.log()
-  }
+  const settings: Record<string, string> = SCENARIO === 'storm' ? { HOOKS_PER_ACCOUNT: String(Math.max(100, BROKEN)) } : {}
+  const rig = await startRig(workDir, settings)
+  const summary: Summary = summaryHead()
+  await { basic, storm, growth, fanout, rows }[SCENARIO](rig, summary)
+  await stopChild(rig.server.proc)
+  const problems = await serverProblems(rig.server, 0, SCENARIO === 'storm')
+  console.log(`\nSummary: --scenario ${SCENARIO}, ${PG ? 'PostgreSQL' : 'PGlite'}, ${new Date().toISOString()}`)
+  printTable(summary)
   printProblems(problems)
-  log(`done; stopping the server and the receiver${PG ? ', dropping the database' : ''}`)
+  log('done; stopping the receiver and removing the database')
   return problems.length ? 1 : 0
 }
 
-await runMain('bench/webhooks.ts', main, { watchdogMs: WATCHDOG_MS })
+await runMain(`bench/webhooks.ts --scenario ${SCENARIO}`, main, WATCHDOG_S * 1000)
