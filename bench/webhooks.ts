@@ -34,7 +34,7 @@
  *   growth  PostgreSQL. One server, one database, never reset: 1, 10, 100 subscriptions (one account),
  *           then 10,000 (100 accounts × 100); --deliveries (20,000) per step, closed loop. Per step:
  *           deliveries/s, p99, all delivered, and the claim statement's p99 from the metrics endpoint
- *           (METRICS_PORT, histogram webhook_claim_duration_seconds; n/a when absent). Check:
+ *           (METRICS_PORT, histogram messaging_webhook_claim_duration_seconds; n/a when absent). Check:
  *           10,000 ≥ 0.9 × 100. Bounded by --minutes (15).
  *   fanout  one account, 100 subscriptions to message.delivered, --deliveries/100 messages:
  *           deliveries/s (target ≥ 5,000).
@@ -605,12 +605,12 @@ async function growth(rig: Rig, summary: Summary): Promise<void> {
       warmed = true
     }
     const messages = Math.ceil(DELIVERIES / count) * used.length
-    const before = await histogram(rig, 'webhook_claim_duration_seconds')
+    const before = await histogram(rig, 'messaging_webhook_claim_duration_seconds')
     const drainMs = Math.max(10_000, Math.min(DRAIN_MS, deadline - Date.now() - 30_000))
     const r = await measure(rig, { label: `${fmtInt(count)} subscription${count > 1 ? 's' : ''}, ${fmtInt(messages)} messages`, groups: ['g'], fan: perAccount, drainMs, load: () => closedLoop(rig, used.map((account) => ({ account })), 600, messages) })
-    const claim = histogramP99(before, await histogram(rig, 'webhook_claim_duration_seconds'))
+    const claim = histogramP99(before, await histogram(rig, 'messaging_webhook_claim_duration_seconds'))
     printResult(r)
-    log(`  claim statement p99 (webhook_claim_duration_seconds): ${claim}`)
+    log(`  claim p99 (messaging_webhook_claim_duration_seconds): ${claim}`)
     rates.set(count, r.rate)
     table.push([fmtInt(count), fmtInt(r.rate), fmtMs(r.latency.p99), r.drained ? 'yes' : `no (${fmtInt(r.delivered)} of ${fmtInt(r.expected)})`, claim, `${made.toFixed(1)} s`])
   }
