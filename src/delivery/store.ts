@@ -1,4 +1,4 @@
-import { sql, type SQL } from 'drizzle-orm'
+import { sql } from 'drizzle-orm'
 import { breakerFailure, CIRCUIT_OPENS_AFTER, nextProbeAt, PROBE_INTERVAL_MIN_S } from './circuit.ts'
 import { markHooksDue } from './queue.ts'
 import { queryRows, type Database } from '../lib/db/client.ts'
@@ -69,36 +69,37 @@ export const CONTINUOUS_FAILURE_DISABLES_AFTER_MS = 5 * 24 * 3_600_000
 // Any constant works as long as nothing else in the database takes this advisory lock.
 const CLAIM_LOCK = 7_200_011
 
-/** SQL: a list of ids as a text[] whose length the planner can estimate (ids never contain a comma: src/lib/ids.ts). */
-const idArray = (ids: readonly string[]) => sql`string_to_array(${ids.join(',')}, ',')`
 
 /**
- * Leases up to `limit` due deliveries of active subscriptions. One short transaction of two
- * statements; the HTTP calls happen after it.
+ * Leases up to `limit` due deliveries of active subscriptions. One statement (on PostgreSQL in a
+ * short transaction with a lock); the HTTP calls happen after it.
  *
- * The first statement takes the subscriptions that are due from the queue's index
- * (src/delivery/queue.ts), oldest due_at first, as many as its limit (16 to 128), skipping those the
- * caller has no room for (their allowance, their account's, the suspects' share) and rows
- * another claim holds. Per subscription it takes no more than the smallest of: the caller's
- * allowance (its adaptive window and fair share), what the cross-process maximum leaves, what
- * the rate limit leaves of this second, and one for an open circuit whose probe time has come
- * (none before, or while its probe is in flight); a subscription a receiver asked to wait
- * (Retry-After) gets nothing until then. It reads the head of each one's own pending queue, so
- * a backlog of thousands costs the others nothing. The rows found are ranked by what their
- * subscription already has in flight plus their place in its line, so the least-served
- * subscription is served first, then cut to each account's allowance and the suspects' share.
+ * It takes the subscriptions that are due from the queue's index (src/delivery/queue.ts), oldest
+ * due_at first, as many as its limit (16 to 128), skipping those the caller has no room for
+ * (their allowance, their account's, the suspects' share) and rows another claim holds. Per
+ * subscription it takes no more than the smallest of: the caller's allowance (its adaptive
+ * window and fair share), what the cross-process maximum leaves, what the rate limit leaves of
+ * this second, and one for an open circuit whose probe time has come (none before, or while its
+ * probe is in flight); a subscription a receiver asked to wait (Retry-After) gets nothing until
+ * then. It reads the head of each one's own pending queue, so a backlog of thousands costs the
+ * others nothing. The rows found are ranked by what their subscription already has in flight
+ * plus their place in its line, so the least-served subscription is served first, then cut to
+ * each account's allowance and the suspects' share.
  *
- * The second statement, reading the deliveries afresh, moves every subscription it looked at
- * (except those with room that the limit left out: they keep their place) to when it is next due: now if it still has deliveries due (to the back of the line: round
- * robin), else its first retry, its lease's end, its Retry-After, its next probe, or the next
- * second of its rate limit, whichever is latest; null when it has nothing pending or is not
- * active (resuming marks it due again).
+ * Then it moves each subscription it looked at to when it is next due: now if it may have more
+ * due (to the back of the line: round robin); else its Retry-After, its next probe, the next
+ * second of its rate limit, its first retry, or, while it has attempts in flight, the end of a
+ * lease taken now (recording an attempt marks it due at once: that bound is for a sender that
+ * died); null when it has nothing pending or is not active (resuming marks it due again). Two
+ * kinds keep their due_at: one with room whose rows the limit cut (it keeps its place), and one
+ * whose queue row was written after the statement's snapshot (what the statement read of its
+ * deliveries may be stale: it is looked at again next time). That is what makes moving a due_at
+ * later safe without a second read.
  *
- * Rows are locked `FOR UPDATE SKIP LOCKED`, so claims never wait on each other's rows and a
- * delivery is never leased twice. On PostgreSQL claims also take a transaction-scoped advisory
- * lock: running them one at a time means each counts the leases every earlier one committed,
- * which keeps the cross-process bounds exact. A lease that runs out (its sender died) makes the
- * row due again, and the subscription's due_at is never later than that lease's end.
+ * Rows are locked `FOR UPDATE SKIP LOCKED`, so claims never wait on each other's rows, never
+ * wait on a writer, and a delivery is never leased twice. On PostgreSQL claims also take a
+ * transaction-scoped advisory lock: running them one at a time means each counts the leases
+ * every earlier one committed, which keeps the cross-process bounds exact.
  */
 export async function claimDueDeliveries(db: Database, options: ClaimOptions, sender: { sole: boolean } = { sole: false }): Promise<ClaimResult> {
   type Row = {
@@ -113,9 +114,11 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
     previous_secret_ciphertext: string | null
     suspect: boolean
     probe: boolean
-    reschedule: string
     visited: number
   }
+  // No lease taken now or earlier runs past this: a subscription with attempts in flight is due by then
+  // at the latest (recording an attempt marks it due at once; this is for a sender that died).
+  const leaseEnds = sql`now() + make_interval(secs => ${options.leaseMs / 1000})`
   const scan = Math.min(SCAN_MAX, Math.max(SCAN_MIN, options.limit))
   const claim = sql`with
           allowance as (
@@ -125,7 +128,9 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             select key as account_id, value::int as n from jsonb_each_text(${JSON.stringify(options.accountAllowances)}::jsonb)
           ),
           due as (
-            select q.hook_id, q.due_at, h.account_id, h.status, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
+            -- raced: the queue row was written after this statement's snapshot (a writer committed between the
+            -- snapshot and the lock), so what this statement reads of the subscription's deliveries may be stale.
+            select q.hook_id, q.due_at, (select q2.xmin from hook_queues q2 where q2.hook_id = q.hook_id) is distinct from q.xmin as raced, h.account_id, h.status, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
                    h.rate_limit_per_s, h.rate_window_started_at, h.rate_window_count
             from hook_queues q
             join hooks h on h.id = q.hook_id
@@ -165,7 +170,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
               where d.hook_id = r.hook_id and d.status = 'pending' and d.next_attempt_at <= now()
                 and (d.leased_until is null or d.leased_until < now())
               order by d.next_attempt_at
-              limit greatest(r.room, 0)
+              limit least(greatest(r.room, 0), ${options.limit})
               for update skip locked
             ) c
             where r.room > 0
@@ -203,28 +208,46 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
                       case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext,
                       picked.suspect, picked.probe
           ),
-          looked as (
-            -- Subscriptions with room whose rows were all cut (by the limit, their account's or the suspects' allowance) keep their place in line.
-            select coalesce(json_agg(hook_id), '[]')::text as reschedule from due
-            where hook_id not in (select hook_id from candidates except select hook_id from picked)
+          next_due as (
+            select d.hook_id,
+                   case
+                     when d.status <> 'active' then null
+                     when d.throttled_until > now() then d.throttled_until
+                     when d.circuit_opened_at is not null then
+                       case when coalesce(p.n, 0) > 0 then ${nextProbeAt(sql`d.circuit_opened_at`)}
+                            when d.circuit_probe_at > now() then d.circuit_probe_at
+                            else ${leaseEnds} end
+                     when d.rate_limit_per_s is not null
+                          and case when d.rate_window_started_at = date_trunc('second', now()) then d.rate_window_count else 0 end + coalesce(p.n, 0) >= d.rate_limit_per_s
+                       then date_trunc('second', now()) + interval '1 second'
+                     when r.room <= 0 then ${leaseEnds}
+                     when coalesce(c.n, 0) >= least(r.room, ${options.limit}) or coalesce(p.n, 0) < coalesce(c.n, 0) then now()
+                     else least(
+                       (select min(x.next_attempt_at) from deliveries x where x.hook_id = d.hook_id and x.status = 'pending' and x.next_attempt_at > now()),
+                       case when r.held + coalesce(p.n, 0) > 0 then ${leaseEnds} end)
+                   end as due_at
+            from due d
+            left join rooms r on r.hook_id = d.hook_id
+            left join (select hook_id, count(*)::int as n from candidates group by hook_id) c on c.hook_id = d.hook_id
+            left join (select hook_id, count(*)::int as n from picked group by hook_id) p on p.hook_id = d.hook_id
+            -- A raced row stays due (it is looked at again next time); one with room whose rows were all cut (by
+            -- the limit, its account's or the suspects' allowance) keeps its place in line.
+            where not d.raced and not (coalesce(c.n, 0) > 0 and coalesce(p.n, 0) = 0)
+          ),
+          rescheduled as (
+            update hook_queues q set due_at = n.due_at from next_due n where q.hook_id = n.hook_id
           )
-          select l.*, v.reschedule, (select count(*)::int from due) as visited from looked v left join leased l on true`
-  const run = async (tx: Database) => {
-    const rows = await queryRows<Row>(tx, claim)
-    const reschedule = JSON.parse(rows[0]?.reschedule ?? '[]') as string[]
-    if (reschedule.length > 0) await tx.execute(rescheduleHooks(reschedule))
-    return { rows, visited: Number(rows[0]?.visited ?? 0) }
-  }
-  // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the two
-  // statements need no lock and no transaction around them (on PGlite each statement costs ~0.4 ms);
-  // a writer between them only moves a due_at earlier, and the second statement reads afresh.
-  const { rows, visited } = sender.sole
-    ? await run(db)
+          select l.*, (select count(*)::int from due) as visited from (select 1) v left join leased l on true`
+  // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the
+  // statement needs no lock and no transaction around it (on PGlite each statement costs ~0.4 ms).
+  const rows = sender.sole
+    ? await queryRows<Row>(db, claim)
     : await db.transaction(async (tx) => {
         // JIT compiling this statement costs ~100 ms (PostgreSQL's default jit_above_cost is far below its estimate) to save microseconds.
         await tx.execute(sql`select pg_advisory_xact_lock(${CLAIM_LOCK}), set_config('jit', 'off', true)`)
-        return run(tx as unknown as Database)
+        return queryRows<Row>(tx as unknown as Database, claim)
       })
+  const visited = Number(rows[0]?.visited ?? 0)
   return {
     deliveries: rows
       .filter((row) => row.id !== null)
@@ -243,25 +266,6 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
       })),
     more: visited >= scan,
   }
-}
-
-/** SQL: each of these subscriptions' next due_at, from its deliveries and state as they are now (see claimDueDeliveries). */
-function rescheduleHooks(hookIds: readonly string[]): SQL {
-  return sql`update hook_queues q set due_at = case
-      when h.status <> 'active' or (n.first_due is null and n.lease_ends is null) then null
-      else greatest(now(), least(n.first_due, n.lease_ends), h.throttled_until,
-        case when h.circuit_opened_at is not null then h.circuit_probe_at end,
-        case when h.rate_limit_per_s is not null and h.rate_window_started_at = date_trunc('second', now())
-               and h.rate_window_count >= h.rate_limit_per_s then date_trunc('second', now()) + interval '1 second' end)
-      end
-    from hooks h
-    cross join lateral (select
-      (select d.next_attempt_at from deliveries d
-        where d.hook_id = h.id and d.status = 'pending' and (d.leased_until is null or d.leased_until < now())
-        order by d.next_attempt_at limit 1) as first_due,
-      (select min(d.leased_until) from deliveries d where d.hook_id = h.id and d.leased_until >= now() and d.status = 'pending') as lease_ends
-    ) n
-    where q.hook_id = h.id and h.id = any(${idArray(hookIds)})`
 }
 
 /**
