@@ -9,21 +9,22 @@ import type { Database } from '../lib/db/client.ts'
  * subscriptions or the table's history (docs/architecture.md#webhook-delivery).
  *
  * The rule that keeps it correct: whoever makes a delivery due (a new event, a retry, a resumed
- * subscription, a finished attempt that frees a slot) moves the subscription's due_at earlier,
- * never later, in the transaction that makes the delivery due; only the claim moves it later,
- * holding the row's lock and reading the deliveries afresh. A writer never has to know what the
- * claim decided, and a delivery is never left behind a due_at that is too late.
+ * subscription, a finished attempt that frees a slot) writes the subscription's row in the
+ * transaction that makes the delivery due, moving due_at earlier, never later, and always
+ * writing a new row version even when due_at stays (a subscription already due). Only the claim
+ * moves due_at later, and only on the row version it read: a writer's version, which the claim
+ * may not have seen the work of, is never moved. A delivery is never left behind a due_at that
+ * is too late, and no writer waits for a claim to finish.
  */
 
 /**
  * SQL: marks the subscriptions that `hookIds` (a query with one column) yields due now, unless
- * they are due sooner already. Rows are written in hook id order, so that two writers marking
- * the same subscriptions never wait on each other in a circle; an unchanged row is not rewritten.
+ * due sooner. Rows are written in hook id order, so that two writers marking the same
+ * subscriptions never wait on each other in a circle.
  */
 export const markDue = (hookIds: SQL): SQL => sql`insert into hook_queues (hook_id, due_at)
   select distinct hook_id, now() from (${hookIds}) as marked(hook_id) order by hook_id
-  on conflict (hook_id) do update set due_at = excluded.due_at
-  where hook_queues.due_at is null or hook_queues.due_at > excluded.due_at`
+  on conflict (hook_id) do update set due_at = least(hook_queues.due_at, excluded.due_at)`
 
 /** Marks these subscriptions due now (see markDue); one deleted meanwhile is left out. */
 export async function markHooksDue(db: Database, hookIds: readonly string[]): Promise<void> {

@@ -90,16 +90,17 @@ const CLAIM_LOCK = 7_200_011
  * due (to the back of the line: round robin); else its Retry-After, its next probe, the next
  * second of its rate limit, its first retry, or, while it has attempts in flight, the end of a
  * lease taken now (recording an attempt marks it due at once: that bound is for a sender that
- * died); null when it has nothing pending or is not active (resuming marks it due again). Two
- * kinds keep their due_at: one with room whose rows the limit cut (it keeps its place), and one
- * whose queue row was written after the statement's snapshot (what the statement read of its
- * deliveries may be stale: it is looked at again next time). That is what makes moving a due_at
- * later safe without a second read.
+ * died); null when it has nothing pending or is not active (resuming marks it due again). One
+ * with room whose rows the limit cut keeps its place. The move applies only to the queue row's
+ * version the statement read (`xmin`): every writer that makes work due rewrites the row
+ * (src/delivery/queue.ts), so a writer that committed after this statement's snapshot leaves a
+ * version this statement does not move, and its work is looked at next time. The claim holds no
+ * queue row while it works, so a writer never waits for more than the claim's last step.
  *
- * Rows are locked `FOR UPDATE SKIP LOCKED`, so claims never wait on each other's rows, never
- * wait on a writer, and a delivery is never leased twice. On PostgreSQL claims also take a
- * transaction-scoped advisory lock: running them one at a time means each counts the leases
- * every earlier one committed, which keeps the cross-process bounds exact.
+ * Deliveries are locked `FOR UPDATE SKIP LOCKED`, so claims never wait on each other's rows and
+ * a delivery is never leased twice. On PostgreSQL claims also take a transaction-scoped
+ * advisory lock: running them one at a time means each counts the leases every earlier one
+ * committed, which keeps the cross-process bounds exact.
  */
 export async function claimDueDeliveries(db: Database, options: ClaimOptions, sender: { sole: boolean } = { sole: false }): Promise<ClaimResult> {
   type Row = {
@@ -128,9 +129,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             select key as account_id, value::int as n from jsonb_each_text(${JSON.stringify(options.accountAllowances)}::jsonb)
           ),
           due as (
-            -- raced: the queue row was written after this statement's snapshot (a writer committed between the
-            -- snapshot and the lock), so what this statement reads of the subscription's deliveries may be stale.
-            select q.hook_id, q.due_at, (select q2.xmin from hook_queues q2 where q2.hook_id = q.hook_id) is distinct from q.xmin as raced, h.account_id, h.status, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
+            select q.hook_id, q.due_at, q.xmin as seen, h.account_id, h.status, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
                    h.rate_limit_per_s, h.rate_window_started_at, h.rate_window_count
             from hook_queues q
             join hooks h on h.id = q.hook_id
@@ -140,7 +139,6 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
               and (${options.suspectAllowance} > 0 or (h.consecutive_failures = 0 and h.circuit_opened_at is null))
             order by q.due_at
             limit ${scan}
-            for update of q skip locked
           ),
           held as (
             -- One probe of deliveries_leased_idx per subscription: a join here lets the planner pick a scan of the whole table.
@@ -194,11 +192,13 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
               rate_window_started_at = date_trunc('second', now())
             from (select hook_id, count(*)::int as n from picked group by hook_id) p
             where h.id = p.hook_id and h.rate_limit_per_s is not null
+            returning h.id
           ),
           probing as (
             update hooks h set circuit_probe_at = ${nextProbeAt(sql`h.circuit_opened_at`)}
             from (select distinct hook_id from picked where probe) p
             where h.id = p.hook_id
+            returning h.id
           ),
           leased as (
             update deliveries d set leased_until = now() + make_interval(secs => ${options.leaseMs / 1000})
@@ -230,12 +230,15 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             left join rooms r on r.hook_id = d.hook_id
             left join (select hook_id, count(*)::int as n from candidates group by hook_id) c on c.hook_id = d.hook_id
             left join (select hook_id, count(*)::int as n from picked group by hook_id) p on p.hook_id = d.hook_id
-            -- A raced row stays due (it is looked at again next time); one with room whose rows were all cut (by
-            -- the limit, its account's or the suspects' allowance) keeps its place in line.
-            where not d.raced and not (coalesce(c.n, 0) > 0 and coalesce(p.n, 0) = 0)
+            -- One with room whose rows were all cut (by the limit, its account's or the suspects' allowance) keeps its place in line.
+            where not (coalesce(c.n, 0) > 0 and coalesce(p.n, 0) = 0)
           ),
           rescheduled as (
-            update hook_queues q set due_at = n.due_at from next_due n where q.hook_id = n.hook_id
+            -- Only the row version this statement read: a writer that wrote it since (src/delivery/queue.ts) made
+            -- work due that this statement may not have seen, and its due_at stands.
+            update hook_queues q set due_at = n.due_at from next_due n, due d where q.hook_id = n.hook_id and d.hook_id = n.hook_id and q.xmin = d.seen
+              -- After the subscriptions' rows: whoever writes both takes a subscription's row before its queue row, so none waits on another in a circle.
+              and (select count(*) from rate_counted) + (select count(*) from probing) >= 0
           )
           select l.*, (select count(*)::int from due) as visited from (select 1) v left join leased l on true`
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the

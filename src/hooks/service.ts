@@ -233,7 +233,6 @@ export async function rotateHookSecret(deps: Pick<HookDeps, 'db' | 'secretBox'>,
 export async function enableHook(db: Database, accountId: string, hookId: string): Promise<Hook> {
   if (!isId('hook', hookId)) throw noSuchHook(hookId)
   const hook = await db.transaction(async (tx) => {
-    await markOwnHookDue(tx as unknown as Database, accountId, hookId)
     const [updated] = await tx
       .update(hooks)
       .set({
@@ -245,6 +244,7 @@ export async function enableHook(db: Database, accountId: string, hookId: string
       })
       .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
       .returning()
+    await markOwnHookDue(tx as unknown as Database, accountId, hookId)
     return updated
   })
   if (!hook) throw noSuchHook(hookId)
@@ -263,8 +263,9 @@ const closedCircuit = { consecutiveFailures: 0, circuitOpenedAt: null, circuitPr
 
 /**
  * Whatever a change to a subscription does to its queue (resumed, re-enabled, a new target or
- * rate limit), the claim works it out when the subscription is next looked at: mark it due now.
- * First in the transaction, as the claim takes the queue row before the subscription's row.
+ * rate limit), the claim works it out when the subscription is next looked at: mark it due now,
+ * in the transaction of the change. After the subscription's row, as the claim does too
+ * (src/delivery/store.ts): two transactions taking both never wait on each other in a circle.
  */
 async function markOwnHookDue(db: Database, accountId: string, hookId: string): Promise<void> {
   await db.execute(markDue(sql`select id from hooks where id = ${hookId} and account_id = ${accountId}`))
@@ -290,7 +291,6 @@ export async function updateHook(
     input.filter === undefined || input.filter === null ? input.filter : filterContactsOf((await getHook(deps.db, accountId, hookId)).event as EventType, input.filter)
   try {
     const hook = await deps.db.transaction(async (tx) => {
-      await markOwnHookDue(tx as unknown as Database, accountId, hookId)
       const [updated] = await tx
         .update(hooks)
         .set({
@@ -309,6 +309,7 @@ export async function updateHook(
         })
         .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
         .returning()
+      await markOwnHookDue(tx as unknown as Database, accountId, hookId)
       return updated
     })
     if (!hook) throw noSuchHook(hookId)
