@@ -233,12 +233,18 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             -- One with room whose rows were all cut (by the limit, its account's or the suspects' allowance) keeps its place in line.
             where not (coalesce(c.n, 0) > 0 and coalesce(p.n, 0) = 0)
           ),
+          requeue_locked as (
+            -- A row a writer holds is being marked due (src/delivery/queue.ts): it is skipped, never waited for, so
+            -- a claim and a writer never wait on each other in a circle. Taken after the subscriptions' rows.
+            select q.hook_id from hook_queues q
+            where q.hook_id in (select hook_id from next_due) and (select count(*) from rate_counted) + (select count(*) from probing) >= 0
+            for update skip locked
+          ),
           rescheduled as (
-            -- Only the row version this statement read: a writer that wrote it since (src/delivery/queue.ts) made
-            -- work due that this statement may not have seen, and its due_at stands.
-            update hook_queues q set due_at = n.due_at from next_due n, due d where q.hook_id = n.hook_id and d.hook_id = n.hook_id and q.xmin = d.seen
-              -- After the subscriptions' rows: whoever writes both takes a subscription's row before its queue row, so none waits on another in a circle.
-              and (select count(*) from rate_counted) + (select count(*) from probing) >= 0
+            -- Only the row version this statement read: a writer that wrote it since made work due that this
+            -- statement may not have seen, and its due_at stands.
+            update hook_queues q set due_at = n.due_at from next_due n, due d, requeue_locked l
+            where q.hook_id = n.hook_id and d.hook_id = n.hook_id and l.hook_id = n.hook_id and q.xmin = d.seen
           )
           select l.*, (select count(*)::int from due) as visited from (select 1) v left join leased l on true`
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the
