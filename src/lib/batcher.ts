@@ -38,3 +38,29 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
     },
   }
 }
+
+/**
+ * One batcher per key (an account), each draining on its own: items of one key are grouped as
+ * above, and a slow batch of one key (a fan-out to a thousand subscriptions) delays only that
+ * key's items, while other keys' batches are written beside it. A key's batcher is dropped once
+ * it has nothing left, so keys that come and go cost nothing.
+ */
+export function createKeyedBatcher<Item, Result>(keyOf: (item: Item) => string, run: (items: Item[]) => Promise<Result[]>, options: { maxBatch: number; lingerMs?: number }) {
+  const lanes = new Map<string, { batcher: ReturnType<typeof createBatcher<Item, Result>>; waiting: number }>()
+  return {
+    async submit(item: Item): Promise<Result> {
+      const key = keyOf(item)
+      let lane = lanes.get(key)
+      if (!lane) {
+        lane = { batcher: createBatcher(run, options), waiting: 0 }
+        lanes.set(key, lane)
+      }
+      lane.waiting++
+      try {
+        return await lane.batcher.submit(item)
+      } finally {
+        if (--lane.waiting === 0) lanes.delete(key)
+      }
+    },
+  }
+}

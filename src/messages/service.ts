@@ -1,7 +1,7 @@
 import { and, desc, eq, gte, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { queryRows, type Database } from '../lib/db/client.ts'
-import { createBatcher } from '../lib/batcher.ts'
+import { createBatcher, createKeyedBatcher } from '../lib/batcher.ts'
 import { startPeriodicSweep } from '../lib/sweep.ts'
 import { isDatabaseUnavailable } from '../lib/db/errors.ts'
 import { events, messages } from '../lib/db/schema.ts'
@@ -80,6 +80,8 @@ export async function acceptMessage(deps: Pick<MessageDeps, 'storeMessage'>, acc
 
 /** A carrier's outcome for a queued message, with the event that reports it. */
 interface Settlement {
+  /** Settlements are batched per account (src/lib/batcher.ts, createKeyedBatcher). */
+  account_id: string
   message_id: string
   status: 'delivered' | 'failed'
   error: string | null
@@ -95,10 +97,13 @@ export type MessageSettler = (settlement: Settlement) => Promise<number>
 /**
  * Settles messages in batches (src/lib/batcher.ts), each batch one statement: the status
  * changes, their events and the events' deliveries (src/delivery/outbox.ts). A message no
- * longer queued (another process settled it) is left alone and gets no event.
+ * longer queued (another process settled it) is left alone and gets no event. One batch lane
+ * per account: an account whose events fan out to a thousand subscriptions writes thousands of
+ * rows per message, and another account's settlements are not made to wait for that statement.
  */
 export function createMessageSettler(db: Database): MessageSettler {
-  const batcher = createBatcher<Settlement, number>(
+  const batcher = createKeyedBatcher<Settlement, number>(
+    (settlement) => settlement.account_id,
     async (batch) => {
       const [row] = await queryRows<{ delivery_count: number }>(
         db,
@@ -137,6 +142,7 @@ export async function dispatchMessage(deps: MessageDeps, message: Message): Prom
   const type: EventType = outcome.delivered ? 'message.delivered' : 'message.failed'
   const { pending } = buildEvent({ accountId: message.accountId, type, message: toMessageResource(settled) })
   const queued = await settleWhileDatabaseAway(deps.settleMessage, {
+    account_id: message.accountId,
     message_id: message.id,
     status: settled.status as Settlement['status'],
     error: settled.error,

@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import { createBatcher } from '../../src/lib/batcher.ts'
+import { createBatcher, createKeyedBatcher } from '../../src/lib/batcher.ts'
 
 describe('createBatcher', () => {
   test('the first item goes at once; items submitted meanwhile go together in the next batch, in order', async () => {
@@ -36,5 +36,29 @@ describe('createBatcher', () => {
     expect(settled.map((result) => result.status)).toEqual(['fulfilled', 'rejected', 'fulfilled'])
     expect((settled[0] as PromiseFulfilledResult<string>).value).toBe('A')
     expect((settled[1] as PromiseRejectedResult).reason).toBeInstanceOf(Error)
+  })
+})
+
+describe('createKeyedBatcher', () => {
+  test("a slow batch of one key delays only that key's items: another key's are written beside it, batched among themselves", async () => {
+    const batches: string[][] = []
+    let releaseSlow!: () => void
+    const slow = new Promise<void>((resolve) => (releaseSlow = resolve))
+    const batcher = createKeyedBatcher<string, string>(
+      (item) => item.split(':')[0]!,
+      async (items) => {
+        batches.push(items)
+        if (items.includes('noisy:1')) await slow
+        return items.map((item) => item.toUpperCase())
+      },
+      { maxBatch: 10 },
+    )
+    const noisy = [batcher.submit('noisy:1'), batcher.submit('noisy:2')]
+    const quiet = await Promise.all([batcher.submit('quiet:1'), batcher.submit('quiet:2'), batcher.submit('quiet:3')])
+    expect(quiet).toEqual(['QUIET:1', 'QUIET:2', 'QUIET:3'])
+    expect(batches).toEqual([['noisy:1'], ['quiet:1'], ['quiet:2', 'quiet:3']])
+    releaseSlow()
+    expect(await Promise.all(noisy)).toEqual(['NOISY:1', 'NOISY:2'])
+    expect(batches.at(-1)).toEqual(['noisy:2'])
   })
 })
