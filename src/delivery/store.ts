@@ -209,7 +209,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
                       picked.suspect, picked.probe
           ),
           next_due as (
-            select d.hook_id,
+            select d.hook_id, d.seen,
                    case
                      when d.status <> 'active' then null
                      when d.throttled_until > now() then d.throttled_until
@@ -236,15 +236,14 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
           requeue_locked as (
             -- A row a writer holds is being marked due (src/delivery/queue.ts): it is skipped, never waited for, so
             -- a claim and a writer never wait on each other in a circle. Taken after the subscriptions' rows.
-            select q.hook_id from hook_queues q
-            where q.hook_id in (select hook_id from next_due) and (select count(*) from rate_counted) + (select count(*) from probing) >= 0
-            for update skip locked
+            select q.hook_id, n.due_at, n.seen from next_due n join hook_queues q on q.hook_id = n.hook_id
+            where (select count(*) from rate_counted) + (select count(*) from probing) >= 0
+            for update of q skip locked
           ),
           rescheduled as (
             -- Only the row version this statement read: a writer that wrote it since made work due that this
             -- statement may not have seen, and its due_at stands.
-            update hook_queues q set due_at = n.due_at from next_due n, due d, requeue_locked l
-            where q.hook_id = n.hook_id and d.hook_id = n.hook_id and l.hook_id = n.hook_id and q.xmin = d.seen
+            update hook_queues q set due_at = l.due_at from requeue_locked l where q.hook_id = l.hook_id and q.xmin = l.seen
           )
           select l.*, (select count(*)::int from due) as visited from (select 1) v left join leased l on true`
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the
