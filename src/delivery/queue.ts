@@ -1,5 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm'
-import type { Database } from '../lib/db/client.ts'
+import { queryRows, type Database } from '../lib/db/client.ts'
 
 /**
  * The delivery queue's index: hook_queues has one row per subscription that may have work, with
@@ -30,4 +30,42 @@ export const markDue = (hookIds: SQL): SQL => sql`insert into hook_queues (hook_
 export async function markHooksDue(db: Database, hookIds: readonly string[]): Promise<void> {
   if (hookIds.length === 0) return
   await db.execute(markDue(sql`select h.id from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h`))
+}
+
+/**
+ * Marks these subscriptions due now, passing over a queue row another transaction holds: a
+ * writer holding it is marking it due itself, and a claim holding it is done within
+ * milliseconds, so the rows passed over are tried once more after RETRY_HELD_MS and then left.
+ * For recording, which must not wait behind a fan-out that holds a thousand queue rows for
+ * seconds (docs/performance.md, the storm): its batches are the only way slots free up.
+ */
+export async function markHooksDueUnlessHeld(db: Database, hookIds: readonly string[]): Promise<void> {
+  let left = await markUnlessHeld(db, hookIds)
+  if (left.length === 0) return
+  await new Promise((resolve) => setTimeout(resolve, RETRY_HELD_MS))
+  left = await markUnlessHeld(db, left)
+}
+
+const RETRY_HELD_MS = 20
+
+async function markUnlessHeld(db: Database, hookIds: readonly string[]): Promise<string[]> {
+  if (hookIds.length === 0) return []
+  const ids = sql`(select h.id from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h)`
+  const rows = await queryRows<{ hook_id: string }>(
+    db,
+    sql`with free as (
+          select q.hook_id from hook_queues q where q.hook_id in ${ids} order by q.hook_id for update skip locked
+        ),
+        marked as (
+          update hook_queues q set due_at = least(q.due_at, now()) from free f where q.hook_id = f.hook_id returning q.hook_id
+        ),
+        added as (
+          insert into hook_queues (hook_id, due_at)
+          select id, now() from ${ids} as wanted(id) where id not in (select hook_id from hook_queues) order by id
+          on conflict (hook_id) do nothing
+          returning hook_id
+        )
+        select id as hook_id from ${ids} as wanted(id) where id not in (select hook_id from marked union all select hook_id from added)`,
+  )
+  return rows.map((row) => row.hook_id)
 }

@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm'
 import { breakerFailure, CIRCUIT_OPENS_AFTER, nextProbeAt, PROBE_INTERVAL_MIN_S } from './circuit.ts'
-import { markHooksDue } from './queue.ts'
+import { markHooksDueUnlessHeld } from './queue.ts'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { newId } from '../lib/ids.ts'
 import { MAX_RETRY_AFTER_MS, type DeliveryDecision } from './policy.ts'
@@ -287,9 +287,10 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
  *
  * Then the batch's subscriptions are marked due (src/delivery/queue.ts): a finished attempt frees
  * a slot, and a retry may be their next work. That is a statement of its own, after the first
- * committed: the claim locks a queue row before its subscription's row and this one would lock
- * them the other way round. If the process dies between the two, the subscription's due_at is
- * still no later than the lease of the attempt that ended, so nothing waits longer than that.
+ * committed, and it passes over queue rows another transaction holds (they are being marked due
+ * by it) rather than wait: the next batch of attempts must not wait behind another account's
+ * fan-out. If the process dies between the two, the subscription's due_at is still no later than
+ * the lease of the attempt that ended, so nothing waits longer than that.
  */
 export async function recordDeliveryAttempts(db: Database, attempts: readonly RecordedAttempt[]): Promise<void> {
   if (attempts.length === 0) return
@@ -377,7 +378,7 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
     )
     select id from changed where status = 'disabled' and status_before <> 'disabled'`)
   if (disabled.length > 0) await cancelPendingDeliveries(db, disabled.map((row) => row.id))
-  await markHooksDue(db, [...new Set(attempts.map((attempt) => attempt.hookId))])
+  await markHooksDueUnlessHeld(db, [...new Set(attempts.map((attempt) => attempt.hookId))])
 }
 
 /**
