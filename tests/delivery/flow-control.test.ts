@@ -109,6 +109,14 @@ describe('the window', () => {
     expect(flow.newcomerAllowance(6)).toBe(2)
     flow.answered('h', time.now(), good)
     flow.answered('h', time.now(), good)
+    // Idle, its grown window is still told to the claim for 5 s; after that the claim gives it a
+    // newcomer's allowance (what it carries stays small), while the window itself is kept.
+    const grown = flow.allowance('h', 100)
+    expect(grown).toBeGreaterThan(flow.newcomerAllowance(100))
+    expect(flow.allowances(100)).toEqual({ h: grown })
+    time.advance(6_000)
+    expect(flow.allowances(100)).toEqual({})
+    expect(flow.allowance('h', 100)).toBe(grown)
     time.advance(11 * 60_000)
     expect(flow.allowances(100)).toEqual({})
     expect(flow.allowance('h', 100)).toBe(4)
