@@ -45,9 +45,9 @@ const onPath = (path: string) => receiver.received.filter((request) => request.p
 const listOf = async (owner: Owner, hookId: string, query = '') => (await json(await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}/deliveries?key=${owner.secret}${query}`))).data as any[]
 
 /** The subscription's deliveries once `done` holds for them (the worker records an attempt after the receiver answered). */
-async function deliveriesWhen(owner: Owner, hookId: string, done: (deliveries: any[]) => boolean): Promise<any[]> {
+async function deliveriesWhen(owner: Owner, hookId: string, done: (deliveries: any[]) => boolean, timeoutMs = 5_000): Promise<any[]> {
   let deliveries = await listOf(owner, hookId)
-  for (let tries = 0; tries < 250 && !done(deliveries); tries++) {
+  for (let tries = 0; tries < timeoutMs / 20 && !done(deliveries); tries++) {
     await Bun.sleep(20)
     deliveries = await listOf(owner, hookId)
   }
@@ -242,7 +242,9 @@ describe('POST …/hooks/{hook_id}/recover', () => {
     await deliveriesWhen(owner, hook.id, (rows) => rows.length === 4 && rows.every((row) => row.state === 'failed'))
     up.add('/down-recover')
     await inbound(owner, 'after the fix')
-    await deliveriesWhen(owner, hook.id, (rows) => rows[0]?.state === 'succeeded')
+    // Three failures in a row opened the circuit (docs/webhooks.md#when-an-endpoint-keeps-failing): the fix is seen by the next probe, 5 s after it opened.
+    expect((await json(await call(owner, 'GET', `/hooks/${hook.id}`))).circuit.state).not.toBe('closed')
+    await deliveriesWhen(owner, hook.id, (rows) => rows[0]?.state === 'succeeded', 15_000)
     const sentBefore = onPath('/down-recover').length
 
     const response = await call(owner, 'POST', `/hooks/${hook.id}/recover`, { since })
