@@ -154,9 +154,6 @@ export function createFlowControl(settings: FlowSettings, now: () => number = ()
 
     newcomerAllowance,
 
-    /** Subscriptions with attempts in flight in this process. */
-    busyCount: () => busy,
-
     /**
      * The claim's input: the allowance of each subscription busy now or lately whose allowance is
      * not the newcomer's (every other subscription gets the newcomer's). Linear in the

@@ -26,16 +26,11 @@ export const markDue = (hookIds: SQL): SQL => sql`insert into hook_queues (hook_
   select distinct hook_id, now() from (${hookIds}) as marked(hook_id) order by hook_id
   on conflict (hook_id) do update set due_at = least(hook_queues.due_at, excluded.due_at)`
 
-/** Marks these subscriptions due now (see markDue); one deleted meanwhile is left out. */
-export async function markHooksDue(db: Database, hookIds: readonly string[]): Promise<void> {
-  if (hookIds.length === 0) return
-  await db.execute(markDue(sql`select h.id from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h`))
-}
-
 /**
- * Marks these subscriptions due now, passing over a queue row another transaction holds: a
- * writer holding it is marking it due itself, and a claim holding it is done within
- * milliseconds, so the rows passed over are tried once more after RETRY_HELD_MS and then left.
+ * Marks these subscriptions due now (one deleted meanwhile is left out), passing over a queue
+ * row another transaction holds: a writer holding it is marking it due itself, and a claim
+ * holding it is done within milliseconds, so the rows passed over are tried once more after
+ * RETRY_HELD_MS and then left.
  * For recording, which must not wait behind a fan-out that holds a thousand queue rows for
  * seconds (docs/performance.md, the storm): its batches are the only way slots free up.
  */
@@ -50,22 +45,25 @@ const RETRY_HELD_MS = 20
 
 async function markUnlessHeld(db: Database, hookIds: readonly string[]): Promise<string[]> {
   if (hookIds.length === 0) return []
-  const ids = sql`(select h.id from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h)`
   const rows = await queryRows<{ hook_id: string }>(
     db,
-    sql`with free as (
-          select q.hook_id from hook_queues q where q.hook_id in ${ids} order by q.hook_id for update skip locked
+    sql`with wanted as (
+          -- One deleted meanwhile is left out; the key-share lock keeps the rest from going before the rows below are written.
+          select h.id from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h
+        ),
+        free as (
+          select q.hook_id from hook_queues q join wanted w on w.id = q.hook_id order by q.hook_id for update of q skip locked
         ),
         marked as (
           update hook_queues q set due_at = least(q.due_at, now()) from free f where q.hook_id = f.hook_id returning q.hook_id
         ),
         added as (
           insert into hook_queues (hook_id, due_at)
-          select id, now() from ${ids} as wanted(id) where id not in (select hook_id from hook_queues) order by id
+          select id, now() from wanted where id not in (select hook_id from hook_queues) order by id
           on conflict (hook_id) do nothing
           returning hook_id
         )
-        select id as hook_id from ${ids} as wanted(id) where id not in (select hook_id from marked union all select hook_id from added)`,
+        select id as hook_id from wanted where id not in (select hook_id from marked union all select hook_id from added)`,
   )
   return rows.map((row) => row.hook_id)
 }

@@ -10,7 +10,7 @@ import { makeCertificates } from '../../fixtures/tls.ts'
 import { deliveries, hooks } from '../../src/lib/db/schema.ts'
 import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS, claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
 import { decideAfterAttempt, type DeliveryDecision } from '../../src/delivery/policy.ts'
-import { markHooksDue } from '../../src/delivery/queue.ts'
+import { markHooksDueUnlessHeld } from '../../src/delivery/queue.ts'
 import { sendWebhook } from '../../src/delivery/send.ts'
 import { postgresDatabase } from '../../src/lib/db/client.ts'
 
@@ -146,7 +146,7 @@ describe('leases', () => {
     expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }))).toHaveLength(0)
     await db.update(deliveries).set({ leasedUntil: sql`now() - interval '1 second'` }).where(eq(deliveries.hookId, hook.id))
     // The queue had it due when the lease ends (src/delivery/queue.ts): ending the lease by hand brings that forward too.
-    await markHooksDue(db, [hook.id])
+    await markHooksDueUnlessHeld(db, [hook.id])
     expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }))).toHaveLength(1)
   })
 
@@ -334,7 +334,7 @@ describe('flow control in the claim', () => {
     expect(paused!.throttledUntil!.getTime()).toBeGreaterThan(Date.now() + 110_000)
     expect(count(await claim({ [a]: 10 }), a)).toBe(0)
     await db.update(hooks).set({ throttledUntil: new Date(Date.now() - 1000) }).where(eq(hooks.id, a))
-    await markHooksDue(db, [a])
+    await markHooksDueUnlessHeld(db, [a])
     expect(count(await claim({ [a]: 10 }), a)).toBe(4)
   })
 })
@@ -351,7 +351,7 @@ describe('the circuit breaker in the claim and the record (src/delivery/circuit.
   /** The probe's time comes (as the clock would bring it): its due_at moves with it. */
   const probeTimeComes = async (hookId: string) => {
     await db.update(hooks).set({ circuitProbeAt: sql`now() - interval '1 second'` }).where(eq(hooks.id, hookId))
-    await markHooksDue(db, [hookId])
+    await markHooksDueUnlessHeld(db, [hookId])
   }
   const shown = async (owner: { accountId: string; secret: string }, hookId: string) =>
     (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}?key=${owner.secret}`)).json()).circuit
