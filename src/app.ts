@@ -59,7 +59,7 @@ export function createApp(deps: AppDeps) {
   const auth = { ...deps, resourceMetadataUrl, baseUrl: deps.config.baseUrl, rateLimiter, noteUse }
   const tokens = {
     db: deps.db,
-    // Client ID metadata documents are fetched under the webhook rules (SPEC §5): the same private-target switch and CAs.
+    // Client ID metadata documents are fetched under the webhook rules (docs/oauth.md#client-id-metadata-documents): the same private-target switch and CAs.
     clients: createClientDirectory(deps.db, { outbound: { allowPrivate: deps.config.webhookAllowPrivateTargets, ca: deps.config.webhookCaPem } }),
     signer: deps.signer,
     secretBox: deps.secretBox,

@@ -28,7 +28,7 @@ export const toApiKeyResource = (key: ApiKey) => ({
   last_used_at: key.lastUsedAt?.toISOString() ?? null,
 })
 
-/** `/account/{account_id}/keys` (SPEC §7): the account's API keys, for its owner's tools and the dashboard. */
+/** `/account/{account_id}/keys` (docs/api.md#api-keys): the account's API keys, for its owner's tools and the dashboard. */
 export function apiKeyRoutes(deps: ApiKeyRoutesDeps) {
   return new Elysia({ tags: ['API keys'] })
     .use(authPlugin(deps))

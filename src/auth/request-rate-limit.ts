@@ -1,5 +1,5 @@
 /**
- * API_RATE_LIMIT (SPEC §3): a token bucket per credential (an API key, or an OAuth grant), held
+ * API_RATE_LIMIT (docs/api.md#rate-limits): a token bucket per credential (an API key, or an OAuth grant), held
  * in this instance's memory. Each credential may make `ratePerSecond` requests a second on
  * average and bursts of up to twice that; with N instances behind a load balancer a credential
  * gets up to N times the rate (docs/operations.md, "Rate limits").

@@ -29,7 +29,7 @@ export interface DeliveryOperationDeps {
   deliveriesQueued(): void
 }
 
-// The table says `delivered` (as the worker's decisions do); the API says `succeeded`, as SPEC §7 does.
+// The table says `delivered` (as the worker's decisions do); the API says `succeeded`, as docs/api.md does.
 const STATE_OF_STATUS: Record<string, DeliveryState> = { pending: 'pending', delivered: 'succeeded', failed: 'failed', canceled: 'canceled' }
 const STATUS_OF_STATE: Record<DeliveryState, string> = { pending: 'pending', succeeded: 'delivered', failed: 'failed', canceled: 'canceled' }
 

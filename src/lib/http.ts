@@ -241,7 +241,7 @@ export function clientAddressOf(request: Request): string {
 }
 
 /**
- * A request id the client sent that we keep: 1 to 128 characters of `A-Za-z0-9._-` (SPEC §3),
+ * A request id the client sent that we keep: 1 to 128 characters of `A-Za-z0-9._-` (docs/api.md#requests-and-responses),
  * so it can be written into a header, a JSON body and a log line as it is. Anything else is
  * replaced by one of ours.
  */

@@ -23,7 +23,7 @@ function toolsCalledIn(body: unknown): ToolDefinition[] {
 }
 
 /**
- * Step-up (SPEC §9, MCP 2025-11-25 "Scope Challenge Handling"): a POST that calls a tool whose
+ * Step-up (docs/mcp.md#step-up, MCP 2025-11-25 "Scope Challenge Handling"): a POST that calls a tool whose
  * scope the token lacks is answered HTTP 403 before the SDK server sees it, so the client can
  * re-authorize and send it again. Returns that refusal, or null when the caller may go on.
  *

@@ -16,7 +16,7 @@ export interface ConnectedAppRoutesDeps extends AuthPluginDeps {
   syncCaches(): Promise<void>
 }
 
-/** `/account/{account_id}/grants` (SPEC §7): the apps and agents that hold access, and cutting one off. */
+/** `/account/{account_id}/grants` (docs/api.md#connected-apps): the apps and agents that hold access, and cutting one off. */
 export function connectedAppRoutes(deps: ConnectedAppRoutesDeps) {
   return new Elysia({ tags: ['Connected apps'] })
     .use(authPlugin(deps))
