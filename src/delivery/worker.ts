@@ -32,6 +32,17 @@ function proxiedStore(): DeliveryStore {
 }
 
 /**
+ * The worker's statements are prepared once per connection (src/lib/db/client.ts), and
+ * PostgreSQL keeps a prepared statement's generic plan, made for the tables as they were then,
+ * once it looks no worse than the first five. The delivery tables grow from nothing to hundreds
+ * of thousands of rows within a minute (a fan-out to a thousand subscriptions), long before
+ * autovacuum analyzes them: a plan made on the empty table scanned all of it for every batch of
+ * attempts recorded (30–70 ms instead of 1, docs/performance.md, the storm). Planned afresh each
+ * time, a statement costs a fraction of a millisecond more and follows the table's real size.
+ */
+const WORKER_SESSION_SETTINGS = { plan_cache_mode: 'force_custom_plan' }
+
+/**
  * PostgreSQL: a pool of this thread's own, and LISTEN so that commits in any process wake it.
  * While the database is away the pool refuses claims and records at once (src/lib/db/client.ts):
  * the dispatcher logs them, its poll claims again, and attempts whose record was lost are sent
@@ -41,6 +52,7 @@ function proxiedStore(): DeliveryStore {
 async function postgresStore(url: string, onNotified: () => void): Promise<DeliveryStore> {
   const client = postgresClient(url, {
     max: POOL_SIZES.worker,
+    settings: WORKER_SESSION_SETTINGS,
     onAvailability: (available, error) =>
       available
         ? log('info', 'the database answers again: claiming deliveries')

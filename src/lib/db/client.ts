@@ -62,6 +62,8 @@ const PROBE_INTERVAL_MS = 200
 
 export interface PostgresClientOptions {
   max: number
+  /** Server settings for each connection of the pool (sent when it connects). */
+  settings?: Record<string, string>
   /** Called when the pool finds its database away (with the error that showed it), and when it answers again. */
   onAvailability?(available: boolean, error?: unknown): void
 }
@@ -82,7 +84,7 @@ export interface PostgresClientOptions {
  * A transaction cut short is rolled back by PostgreSQL.
  */
 export function postgresClient(url: string, options: PostgresClientOptions): postgres.Sql {
-  const client = postgres(url, { ...POSTGRES_OPTIONS, max: options.max })
+  const client = postgres(url, { ...POSTGRES_OPTIONS, max: options.max, ...(options.settings ? { connection: options.settings } : {}) })
   let away = false
   let ended = false
   let probeTimer: ReturnType<typeof setTimeout> | undefined
