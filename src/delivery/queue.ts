@@ -12,9 +12,10 @@ import { queryRows, type Database } from '../lib/db/client.ts'
  * subscription, a finished attempt that frees a slot) writes the subscription's row in the
  * transaction that makes the delivery due, moving due_at earlier, never later, and always
  * writing a new row version even when due_at stays (a subscription already due). Only the claim
- * moves due_at later, and only on the row version it read: a writer's version, which the claim
- * may not have seen the work of, is never moved. A delivery is never left behind a due_at that
- * is too late, and no writer waits for a claim to finish.
+ * moves due_at later, and only on the row version its snapshot read: a writer's version, which
+ * the claim may not have seen the work of, is never moved. A delivery is never left behind a
+ * due_at that is too late. The claim holds the rows it looks at for its few milliseconds (and
+ * passes over rows a writer holds), so a writer waits at most that long for it.
  */
 
 /**

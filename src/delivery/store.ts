@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm'
+import { sql, type SQL } from 'drizzle-orm'
 import { breakerFailure, CIRCUIT_OPENS_AFTER, nextProbeAt, PROBE_INTERVAL_MIN_S } from './circuit.ts'
 import { markHooksDueUnlessHeld } from './queue.ts'
 import { queryRows, type Database } from '../lib/db/client.ts'
@@ -30,6 +30,8 @@ export interface ClaimOptions {
   leaseMs: number
   /** Attempts each of these subscriptions may start in this claim (src/delivery/flow-control.ts); 0 or less: none. */
   allowances: Record<string, number>
+  /** Attempts any other subscription of each of these accounts may start in this claim. */
+  accountNewcomerAllowances?: Record<string, number>
   /** Attempts any other subscription may start in this claim. */
   defaultAllowance: number
   /** Attempts each of these accounts may start in this claim, all its subscriptions together. */
@@ -76,26 +78,28 @@ const CLAIM_LOCK = 7_200_011
  *
  * It takes the subscriptions that are due from the queue's index (src/delivery/queue.ts), oldest
  * due_at first, as many as its limit (16 to 128), skipping those the caller has no room for
- * (their allowance, their account's, the suspects' share) and rows another claim holds. Per
- * subscription it takes no more than the smallest of: the caller's allowance (its adaptive
- * window and fair share), what the cross-process maximum leaves, what the rate limit leaves of
- * this second, and one for an open circuit whose probe time has come (none before, or while its
- * probe is in flight); a subscription a receiver asked to wait (Retry-After) gets nothing until
- * then. It reads the head of each one's own pending queue, so a backlog of thousands costs the
- * others nothing. The rows found are ranked by what their subscription already has in flight
- * plus their place in its line, so the least-served subscription is served first, then cut to
- * each account's allowance and the suspects' share.
+ * (their allowance, their account's, the suspects' share), and locks their queue and
+ * subscription rows, passing over rows another transaction holds (a writer marking them due, or
+ * another claim). Per subscription it takes no more than the smallest of: the caller's
+ * allowance (its adaptive window and fair share), what the cross-process maximum leaves, what
+ * the rate limit leaves of this second, and one for an open circuit whose probe time has come
+ * (none before, or while its probe is in flight); a subscription a receiver asked to wait
+ * (Retry-After) gets nothing until then. It reads the head of each one's own pending queue, so
+ * a backlog of thousands costs the others nothing. The rows found are ranked by what their
+ * subscription already has in flight plus their place in its line, so the least-served
+ * subscription is served first, then cut to each account's allowance and the suspects' share.
  *
  * Then it moves each subscription it looked at to when it is next due: now if it may have more
- * due (to the back of the line: round robin); else its Retry-After, its next probe, the next
- * second of its rate limit, its first retry, or, while it has attempts in flight, the end of a
- * lease taken now (recording an attempt marks it due at once: that bound is for a sender that
- * died); null when it has nothing pending or is not active (resuming marks it due again). One
- * with room whose rows the limit cut keeps its place. The move applies only to the queue row's
- * version the statement read (`xmin`): every writer that makes work due rewrites the row
- * (src/delivery/queue.ts), so a writer that committed after this statement's snapshot leaves a
- * version this statement does not move, and its work is looked at next time. The claim holds no
- * queue row while it works, so a writer never waits for more than the claim's last step.
+ * due, or had rows the cut left (to the back of the line: round robin, so one account's
+ * thousand due subscriptions cannot stand in front of another's for more than one claim); else
+ * its Retry-After, its next probe, the next second of its rate limit, its first retry, or, while
+ * it has attempts in flight, the end of a lease taken now (recording an attempt marks it due at
+ * once: that bound is for a sender that died); null when it has nothing pending or is not
+ * active (resuming marks it due again). The rows are the claim's from the start, so a writer
+ * that marks one due meanwhile waits for the claim (milliseconds) and then brings due_at
+ * earlier again; one that wrote it between the statement's snapshot and its lock left a version
+ * the claim does not move (its work may be newer than what the claim saw). No work is left
+ * behind a due_at set from an older view.
  *
  * Deliveries are locked `FOR UPDATE SKIP LOCKED`, so claims never wait on each other's rows and
  * a delivery is never leased twice. On PostgreSQL claims also take a transaction-scoped
@@ -121,24 +125,36 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
   // at the latest (recording an attempt marks it due at once; this is for a sender that died).
   const leaseEnds = sql`now() + make_interval(secs => ${options.leaseMs / 1000})`
   const scan = Math.min(SCAN_MAX, Math.max(SCAN_MIN, options.limit))
+  // Allowances are looked up by key in one jsonb object each (a binary search), not joined: the
+  // scan below may pass over hundreds of subscriptions with no room before it finds one with some.
+  const allowance = (hookId: SQL, accountId: SQL) =>
+    sql`coalesce((${JSON.stringify(options.allowances)}::jsonb ->> ${hookId})::int, (${JSON.stringify(options.accountNewcomerAllowances ?? {})}::jsonb ->> ${accountId})::int, ${options.defaultAllowance})`
+  const accountAllowance = (accountId: SQL) =>
+    sql`coalesce((${JSON.stringify(options.accountAllowances)}::jsonb ->> ${accountId})::int, ${options.defaultAccountAllowance})`
   const claim = sql`with
-          allowance as (
-            select key as hook_id, value::int as n from jsonb_each_text(${JSON.stringify(options.allowances)}::jsonb)
-          ),
-          account_allowance as (
-            select key as account_id, value::int as n from jsonb_each_text(${JSON.stringify(options.accountAllowances)}::jsonb)
-          ),
           due as (
-            select q.hook_id, q.due_at, q.xmin as seen, h.account_id, h.status, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
+            -- The queue row and the subscription row are locked, and those another transaction holds are passed
+            -- over, never waited for: a fan-out writing a thousand of one account's rows for seconds
+            -- (docs/performance.md, the storm) does not hide the others' rows behind them, and this statement
+            -- waits for no lock at all, so it is never in a circle of waits.
+            select q.hook_id, q.due_at, h.account_id, h.status, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
                    h.rate_limit_per_s, h.rate_window_started_at, h.rate_window_count
             from hook_queues q
             join hooks h on h.id = q.hook_id
             where q.due_at <= now()
-              and coalesce((select a.n from allowance a where a.hook_id = q.hook_id), ${options.defaultAllowance}) > 0
-              and coalesce((select a.n from account_allowance a where a.account_id = h.account_id), ${options.defaultAccountAllowance}) > 0
+              and ${allowance(sql`q.hook_id`, sql`h.account_id`)} > 0
+              and ${accountAllowance(sql`h.account_id`)} > 0
               and (${options.suspectAllowance} > 0 or (h.consecutive_failures = 0 and h.circuit_opened_at is null))
             order by q.due_at
             limit ${scan}
+            for update of q skip locked
+            for no key update of h skip locked
+          ),
+          seen as (
+            -- The queue row's version in this statement's snapshot. A writer that committed after the snapshot but
+            -- before the lock above left a newer version (the lock returns that one), whose work the steps below,
+            -- reading the snapshot, may not see: its due_at is then left as the writer set it.
+            select x.hook_id, x.xmin as seen from hook_queues x join due d on d.hook_id = x.hook_id
           ),
           held as (
             -- One probe of deliveries_leased_idx per subscription: a join here lets the planner pick a scan of the whole table.
@@ -151,7 +167,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
                    (d.consecutive_failures > 0 or d.circuit_opened_at is not null) as suspect,
                    d.circuit_opened_at is not null as probe,
                    case when d.circuit_opened_at is not null and (d.circuit_probe_at > now() or d.held > 0) then 0
-                   else least(coalesce((select a.n from allowance a where a.hook_id = d.hook_id), ${options.defaultAllowance}),
+                   else least(${allowance(sql`d.hook_id`, sql`d.account_id`)},
                          ${options.maxPerHook} - d.held,
                          case when d.circuit_opened_at is not null then 1 else ${options.maxPerHook} end,
                          case when d.rate_limit_per_s is null then ${options.maxPerHook}
@@ -176,7 +192,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
           ranked as (
             select c.*,
                    row_number() over (partition by c.account_id order by c.held + c.place, c.due_at, c.id) as account_place,
-                   coalesce((select a.n from account_allowance a where a.account_id = c.account_id), ${options.defaultAccountAllowance}) as account_room,
+                   ${accountAllowance(sql`c.account_id`)} as account_room,
                    count(*) filter (where c.suspect) over (order by c.held + c.place, c.due_at, c.id) as suspect_place
             from candidates c
           ),
@@ -209,7 +225,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
                       picked.suspect, picked.probe
           ),
           next_due as (
-            select d.hook_id, d.seen,
+            select d.hook_id,
                    case
                      when d.status <> 'active' then null
                      when d.throttled_until > now() then d.throttled_until
@@ -230,20 +246,10 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             left join rooms r on r.hook_id = d.hook_id
             left join (select hook_id, count(*)::int as n from candidates group by hook_id) c on c.hook_id = d.hook_id
             left join (select hook_id, count(*)::int as n from picked group by hook_id) p on p.hook_id = d.hook_id
-            -- One with room whose rows were all cut (by the limit, its account's or the suspects' allowance) keeps its place in line.
-            where not (coalesce(c.n, 0) > 0 and coalesce(p.n, 0) = 0)
-          ),
-          requeue_locked as (
-            -- A row a writer holds is being marked due (src/delivery/queue.ts): it is skipped, never waited for, so
-            -- a claim and a writer never wait on each other in a circle. Taken after the subscriptions' rows.
-            select q.hook_id, n.due_at, n.seen from next_due n join hook_queues q on q.hook_id = n.hook_id
-            where (select count(*) from rate_counted) + (select count(*) from probing) >= 0
-            for update of q skip locked
           ),
           rescheduled as (
-            -- Only the row version this statement read: a writer that wrote it since made work due that this
-            -- statement may not have seen, and its due_at stands.
-            update hook_queues q set due_at = l.due_at from requeue_locked l where q.hook_id = l.hook_id and q.xmin = l.seen
+            update hook_queues q set due_at = n.due_at from next_due n join seen v on v.hook_id = n.hook_id
+            where q.hook_id = n.hook_id and q.xmin = v.seen
           )
           select l.*, (select count(*)::int from due) as visited from (select 1) v left join leased l on true`
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the
