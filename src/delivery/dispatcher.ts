@@ -114,11 +114,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const accountShare = (others: number) => fairShare(concurrency, others)
     const accountAllowances: Record<string, number> = {}
     for (const [accountId, count] of accountsInFlight) accountAllowances[accountId] = Math.max(0, accountShare(accountsInFlight.size - 1) - count)
+    const told = flow.claimAllowances(concurrency)
     return {
       limit: free,
       leaseMs: options.leaseMs,
-      allowances: flow.allowances(concurrency),
-      defaultAllowance: flow.newcomerAllowance(concurrency),
+      allowances: told.hooks,
+      accountNewcomerAllowances: told.accounts,
+      defaultAllowance: told.newcomer,
       accountAllowances,
       defaultAccountAllowance: accountShare(accountsInFlight.size),
       suspectAllowance: Math.max(0, Math.floor(concurrency / 2) - suspectsInFlight),
@@ -131,7 +133,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (delivery.suspect) suspectsInFlight++
     accountsInFlight.set(delivery.accountId, (accountsInFlight.get(delivery.accountId) ?? 0) + 1)
     options.onInFlight?.(inFlight)
-    flow.started(delivery.hookId)
+    flow.started(delivery.hookId, delivery.accountId)
     const startedAt = performance.now()
     const result = await options.send(delivery)
     flow.answered(delivery.hookId, startedAt, result)

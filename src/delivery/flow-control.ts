@@ -19,9 +19,10 @@ import type { AttemptResult } from './send.ts'
  *
  * The baseline is the fastest good answer of the last 30 s or so (two 15 s buckets), so a
  * receiver that is slow for good settles at its new speed instead of shrinking forever.
- * The window never exceeds `maxWindow` (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION); the worker's
- * fair share (`fairShare`) and the database's cross-process bound (src/delivery/store.ts) come
- * on top.
+ * The window never exceeds `maxWindow` (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION); the
+ * subscription's share of the worker's slots (its account's `fairShare`, split among the
+ * account's busy subscriptions) and the database's cross-process bound (src/delivery/store.ts)
+ * come on top.
  */
 export interface FlowSettings {
   initialWindow: number
@@ -45,6 +46,7 @@ const FORGET_AFTER_MS = 10 * 60_000
 const TOLD_FOR_MS = 5_000
 
 interface Flow {
+  accountId: string
   window: number
   threshold: number
   inFlight: number
@@ -68,15 +70,16 @@ export function classifyAnswer(result: Pick<AttemptResult, 'ok' | 'status' | 'du
 
 export function createFlowControl(settings: FlowSettings, now: () => number = () => performance.now()) {
   const flows = new Map<string, Flow>()
-  // Subscriptions with attempts in flight in this process, kept as attempts start and end.
-  let busy = 0
+  // Subscriptions with attempts in flight in this process, counted per account, kept as attempts start and end.
+  const busyByAccount = new Map<string, number>()
   let forgottenAt = now()
 
-  const flowOf = (hookId: string): Flow => {
+  const flowOf = (hookId: string, accountId: string): Flow => {
     let flow = flows.get(hookId)
     if (!flow) {
       const at = now()
       flow = {
+        accountId,
         window: settings.initialWindow,
         threshold: settings.maxWindow,
         inFlight: 0,
@@ -94,18 +97,35 @@ export function createFlowControl(settings: FlowSettings, now: () => number = ()
 
   const baselineOf = (flow: Flow) => Math.min(flow.baselineMs, flow.previousBaselineMs)
 
-  const newcomerAllowance = (concurrency: number) => Math.min(settings.initialWindow, fairShare(concurrency, busy))
+  /** The account's fair share of the slots among the accounts with attempts in flight. */
+  const accountShare = (accountId: string | undefined, concurrency: number) =>
+    fairShare(concurrency, busyByAccount.size - (accountId !== undefined && busyByAccount.has(accountId) ? 1 : 0))
+
+  /**
+   * A subscription's share: an equal part of its account's share among the account's busy
+   * subscriptions. Shares are split by account first, so a thousand busy subscriptions of one
+   * account leave another account's single subscription the same share as one other
+   * subscription would (the storm in docs/performance.md: split by subscription, it got one slot).
+   * The account's share already keeps a part free for an account that starts sending; within an
+   * account, the claim serves its least-served subscription first.
+   */
+  const subscriptionShare = (accountId: string | undefined, concurrency: number, othersBusy: number) =>
+    Math.max(1, Math.floor(accountShare(accountId, concurrency) / (othersBusy + 1)))
+
+  const busyIn = (accountId: string | undefined) => (accountId === undefined ? 0 : (busyByAccount.get(accountId) ?? 0))
+
+  const newcomerAllowance = (concurrency: number, accountId?: string) => Math.min(settings.initialWindow, subscriptionShare(accountId, concurrency, busyIn(accountId)))
 
   const allowanceOf = (flow: Flow, concurrency: number) => {
-    const share = fairShare(concurrency, busy - (flow.inFlight > 0 ? 1 : 0))
+    const share = subscriptionShare(flow.accountId, concurrency, busyIn(flow.accountId) - (flow.inFlight > 0 ? 1 : 0))
     return Math.max(0, Math.min(Math.floor(flow.window), share) - flow.inFlight)
   }
 
   return {
-    /** An attempt of this subscription started. */
-    started(hookId: string) {
-      const flow = flowOf(hookId)
-      if (flow.inFlight === 0) busy++
+    /** An attempt of this subscription (of this account) started. */
+    started(hookId: string, accountId: string) {
+      const flow = flowOf(hookId, accountId)
+      if (flow.inFlight === 0) busyByAccount.set(accountId, busyIn(accountId) + 1)
       flow.inFlight++
       flow.peakInFlight = Math.max(flow.peakInFlight, flow.inFlight)
       flow.lastActiveAt = now()
@@ -113,10 +133,15 @@ export function createFlowControl(settings: FlowSettings, now: () => number = ()
 
     /** The attempt started at `startedAt` (a `now()` reading) answered. */
     answered(hookId: string, startedAt: number, result: Pick<AttemptResult, 'ok' | 'status' | 'durationMs'>): AnswerSignal {
-      const flow = flowOf(hookId)
+      const flow = flows.get(hookId)
+      if (!flow) return classifyAnswer(result, Infinity)
       const at = now()
       const used = flow.peakInFlight >= flow.window / 2
-      if (flow.inFlight === 1) busy--
+      if (flow.inFlight === 1) {
+        const left = busyIn(flow.accountId) - 1
+        if (left > 0) busyByAccount.set(flow.accountId, left)
+        else busyByAccount.delete(flow.accountId)
+      }
       flow.inFlight = Math.max(0, flow.inFlight - 1)
       if (flow.inFlight === 0) flow.peakInFlight = 0
       flow.lastActiveAt = at
@@ -143,36 +168,43 @@ export function createFlowControl(settings: FlowSettings, now: () => number = ()
     },
 
     /**
-     * Further attempts this subscription may start now: its window, capped by its fair share of
-     * the worker's `concurrency` slots, less what it has in flight. A subscription this process
-     * keeps no window for gets the initial window (`newcomerAllowance`).
+     * Further attempts this subscription of this account may start now: its window, capped by its
+     * share of the worker's `concurrency` slots, less what it has in flight. A subscription this
+     * process keeps no window for gets the initial window within its share (`newcomerAllowance`).
      */
-    allowance(hookId: string, concurrency: number): number {
+    allowance(hookId: string, accountId: string, concurrency: number): number {
       const flow = flows.get(hookId)
-      return flow ? allowanceOf(flow, concurrency) : newcomerAllowance(concurrency)
+      return flow ? allowanceOf(flow, concurrency) : newcomerAllowance(concurrency, accountId)
     },
 
     newcomerAllowance,
 
     /**
-     * The claim's input: the allowance of each subscription busy now or lately whose allowance is
-     * not the newcomer's (every other subscription gets the newcomer's). Linear in the
-     * subscriptions this process keeps a window for.
+     * The claim's input: `newcomer`, what a subscription of an account with nothing in flight may
+     * start; `accounts`, what any other subscription of an account with attempts in flight may
+     * start, where that differs; `hooks`, the allowance of each subscription busy now or lately
+     * where it differs from its account's. Linear in the subscriptions this process keeps a
+     * window for.
      */
-    allowances(concurrency: number): Record<string, number> {
+    claimAllowances(concurrency: number): { hooks: Record<string, number>; accounts: Record<string, number>; newcomer: number } {
       const at = now()
       if (at - forgottenAt >= TOLD_FOR_MS) {
         forgottenAt = at
         for (const [hookId, flow] of flows) if (flow.inFlight === 0 && at - flow.lastActiveAt > FORGET_AFTER_MS) flows.delete(hookId)
       }
       const newcomer = newcomerAllowance(concurrency)
-      const out: Record<string, number> = {}
+      const accounts: Record<string, number> = {}
+      for (const accountId of busyByAccount.keys()) {
+        const allowance = newcomerAllowance(concurrency, accountId)
+        if (allowance !== newcomer) accounts[accountId] = allowance
+      }
+      const hooks: Record<string, number> = {}
       for (const [hookId, flow] of flows) {
         if (flow.inFlight === 0 && at - flow.lastActiveAt > TOLD_FOR_MS) continue
         const allowance = allowanceOf(flow, concurrency)
-        if (allowance !== newcomer) out[hookId] = allowance
+        if (allowance !== (accounts[flow.accountId] ?? newcomer)) hooks[hookId] = allowance
       }
-      return out
+      return { hooks, accounts, newcomer }
     },
 
     /** For tests, logs and metrics. */

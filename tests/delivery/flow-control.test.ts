@@ -7,12 +7,12 @@ const clock = () => {
   return { now: () => t, advance: (ms: number) => (t += ms) }
 }
 
-/** Starts `n` attempts of hook h at the current time and answers them all with `result`. */
-function round(flow: ReturnType<typeof createFlowControl>, time: ReturnType<typeof clock>, n: number, result: { ok: boolean; status: number | null; durationMs: number }) {
+/** Starts `n` attempts of a hook (h of account a) at the current time and answers them all with `result`. */
+function round(flow: ReturnType<typeof createFlowControl>, time: ReturnType<typeof clock>, n: number, result: { ok: boolean; status: number | null; durationMs: number }, hookId = 'h', accountId = 'a') {
   const startedAt = time.now()
-  for (let i = 0; i < n; i++) flow.started('h')
+  for (let i = 0; i < n; i++) flow.started(hookId, accountId)
   time.advance(result.durationMs)
-  for (let i = 0; i < n; i++) flow.answered('h', startedAt, result)
+  for (let i = 0; i < n; i++) flow.answered(hookId, startedAt, result)
 }
 
 describe('classifyAnswer', () => {
@@ -31,7 +31,7 @@ describe('the window', () => {
   test('grows while answers are good and the window is used: doubling per round, never past the maximum', () => {
     const time = clock()
     const flow = createFlowControl({ initialWindow: 4, maxWindow: 20 }, time.now)
-    expect(flow.allowance('h', 100)).toBe(4)
+    expect(flow.allowance('h', 'a', 100)).toBe(4)
     round(flow, time, 4, good)
     expect(flow.state('h')!.window).toBe(8)
     round(flow, time, 8, good)
@@ -57,7 +57,7 @@ describe('the window', () => {
     round(flow, time, 2, { ok: false, status: 500, durationMs: 5 })
     round(flow, time, 1, { ok: false, status: 500, durationMs: 5 })
     expect(flow.state('h')!.window).toBe(1)
-    expect(flow.allowance('h', 100)).toBe(1)
+    expect(flow.allowance('h', 'a', 100)).toBe(1)
     // Below the threshold it set, growth is additive now: +1 per window's worth.
     round(flow, time, 1, good)
     expect(flow.state('h')!.window).toBe(2)
@@ -89,7 +89,7 @@ describe('the window', () => {
     const time = clock()
     const flow = createFlowControl({ initialWindow: 16, maxWindow: 64 }, time.now)
     const startedAt = time.now()
-    for (let i = 0; i < 16; i++) flow.started('h')
+    for (let i = 0; i < 16; i++) flow.started('h', 'a')
     time.advance(10)
     for (let i = 0; i < 16; i++) flow.answered('h', startedAt, { ok: false, status: 503, durationMs: 10 })
     expect(flow.state('h')!.window).toBe(8)
@@ -99,11 +99,11 @@ describe('the window', () => {
     const time = clock()
     const flow = createFlowControl({ initialWindow: 4, maxWindow: 64 }, time.now)
     round(flow, time, 4, good)
-    flow.started('h')
-    flow.started('h')
-    expect(flow.allowance('h', 100)).toBe(6)
-    expect(flow.allowance('h', 10)).toBe(3)
-    expect(flow.allowances(100)).toEqual({ h: 6 })
+    flow.started('h', 'a')
+    flow.started('h', 'a')
+    expect(flow.allowance('h', 'a', 100)).toBe(6)
+    expect(flow.allowance('h', 'a', 10)).toBe(3)
+    expect(flow.claimAllowances(100).hooks).toEqual({ h: 6 })
     // A subscription not seen yet, while h is busy: the initial window, within its share (a third).
     expect(flow.newcomerAllowance(100)).toBe(4)
     expect(flow.newcomerAllowance(6)).toBe(2)
@@ -111,15 +111,49 @@ describe('the window', () => {
     flow.answered('h', time.now(), good)
     // Idle, its grown window is still told to the claim for 5 s; after that the claim gives it a
     // newcomer's allowance (what it carries stays small), while the window itself is kept.
-    const grown = flow.allowance('h', 100)
+    const grown = flow.allowance('h', 'a', 100)
     expect(grown).toBeGreaterThan(flow.newcomerAllowance(100))
-    expect(flow.allowances(100)).toEqual({ h: grown })
+    expect(flow.claimAllowances(100).hooks).toEqual({ h: grown })
     time.advance(6_000)
-    expect(flow.allowances(100)).toEqual({})
-    expect(flow.allowance('h', 100)).toBe(grown)
+    expect(flow.claimAllowances(100).hooks).toEqual({})
+    expect(flow.allowance('h', 'a', 100)).toBe(grown)
     time.advance(11 * 60_000)
-    expect(flow.allowances(100)).toEqual({})
-    expect(flow.allowance('h', 100)).toBe(4)
+    expect(flow.claimAllowances(100).hooks).toEqual({})
+    expect(flow.allowance('h', 'a', 100)).toBe(4)
+  })
+})
+
+describe('shares', () => {
+  test("slots are shared by account first: a thousand busy subscriptions of one account leave another account's subscription a full account's share", () => {
+    const time = clock()
+    const flow = createFlowControl({ initialWindow: 4, maxWindow: 128 }, time.now)
+    for (let i = 0; i < 1000; i++) flow.started(`broken${i}`, 'a')
+    // Account a is busy; b has nothing in flight: b gets a third of 256 (a and a free part beside it).
+    expect(flow.newcomerAllowance(256, 'b')).toBe(4)
+    for (let i = 0; i < 7; i++) round(flow, time, 2 ** (i + 2), good, 'healthy', 'b')
+    flow.started('healthy', 'b')
+    // Its window has grown to the maximum; its share is b's: 256 / 3 (a, b and the free part).
+    expect(flow.state('healthy')!.window).toBe(128)
+    expect(flow.allowance('healthy', 'b', 256)).toBe(85 - 1)
+    // Each of a's subscriptions gets one slot at least, and a's newcomers as much.
+    expect(flow.allowance('broken0', 'a', 256)).toBe(0)
+    expect(flow.newcomerAllowance(256, 'a')).toBe(1)
+    const told = flow.claimAllowances(256)
+    expect(told.accounts).toEqual({ a: 1 })
+    expect(told.hooks.healthy).toBe(84)
+    expect(told.newcomer).toBe(4)
+  })
+
+  test('within an account, busy subscriptions split its share equally', () => {
+    const time = clock()
+    const flow = createFlowControl({ initialWindow: 64, maxWindow: 128 }, time.now)
+    flow.started('one', 'a')
+    flow.started('two', 'a')
+    // a alone: half of 100; split between its two busy subscriptions.
+    expect(flow.allowance('one', 'a', 100)).toBe(25 - 1)
+    expect(flow.newcomerAllowance(100, 'a')).toBe(16)
+    flow.answered('two', time.now(), good)
+    expect(flow.allowance('one', 'a', 100)).toBe(50 - 1)
   })
 })
 
