@@ -5,16 +5,32 @@
  * `lingerMs`, a batch waits that long for company first (Kafka's linger.ms): for work nobody
  * waits on, where a millisecond of delay buys fewer, larger statements.
  *
+ * With `cost`, a batch is also cut so that its cost (what `cost.of` says a written batch cost,
+ * such as the rows it wrote) stays near `cost.max`, judged by the cost per item of the last
+ * batch: items that each cost a thousand rows go a few at a time, so no statement runs for
+ * seconds holding its rows (docs/performance.md, the storm).
+ *
  * A batch that fails is retried one item at a time, so one bad item fails alone.
  */
-export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Result[]>, options: { maxBatch: number; lingerMs?: number }) {
+export interface BatcherOptions<Item, Result> {
+  maxBatch: number
+  lingerMs?: number
+  cost?: { of(items: Item[], results: Result[]): number; max: number }
+}
+
+export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Result[]>, options: BatcherOptions<Item, Result>) {
   type Waiting = { item: Item; resolve(result: Result): void; reject(error: unknown): void }
   const queue: Waiting[] = []
   let draining = false
+  let costPerItem = 0
+
+  const batchSize = () => (options.cost && costPerItem > 0 ? Math.max(1, Math.min(options.maxBatch, Math.floor(options.cost.max / costPerItem))) : options.maxBatch)
 
   const settle = async (batch: Waiting[]) => {
     try {
-      const results = await run(batch.map((waiting) => waiting.item))
+      const items = batch.map((waiting) => waiting.item)
+      const results = await run(items)
+      if (options.cost) costPerItem = options.cost.of(items, results) / batch.length
       batch.forEach((waiting, index) => waiting.resolve(results[index]!))
     } catch (error) {
       if (batch.length === 1) return batch[0]!.reject(error)
@@ -25,7 +41,7 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
   const drain = async () => {
     draining = true
     if (options.lingerMs) await new Promise((resolve) => setTimeout(resolve, options.lingerMs))
-    while (queue.length > 0) await settle(queue.splice(0, options.maxBatch))
+    while (queue.length > 0) await settle(queue.splice(0, batchSize()))
     draining = false
   }
 
@@ -43,9 +59,10 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
  * One batcher per key (an account), each draining on its own: items of one key are grouped as
  * above, and a slow batch of one key (a fan-out to a thousand subscriptions) delays only that
  * key's items, while other keys' batches are written beside it. A key's batcher is dropped once
- * it has nothing left, so keys that come and go cost nothing.
+ * it has nothing left, so keys that come and go cost nothing (and what its `cost` learned goes
+ * with it: a key's first batch after a pause is cut by `maxBatch` alone).
  */
-export function createKeyedBatcher<Item, Result>(keyOf: (item: Item) => string, run: (items: Item[]) => Promise<Result[]>, options: { maxBatch: number; lingerMs?: number }) {
+export function createKeyedBatcher<Item, Result>(keyOf: (item: Item) => string, run: (items: Item[]) => Promise<Result[]>, options: BatcherOptions<Item, Result>) {
   const lanes = new Map<string, { batcher: ReturnType<typeof createBatcher<Item, Result>>; waiting: number }>()
   return {
     async submit(item: Item): Promise<Result> {
