@@ -7,8 +7,8 @@
  *
  * With `cost`, a batch is also cut so that its cost (what `cost.of` says a written batch cost,
  * such as the rows it wrote) stays near `cost.max`, judged by the cost per item of the last
- * batch: items that each cost a thousand rows go a few at a time, so no statement runs for
- * seconds holding its rows (docs/performance.md, the storm).
+ * batch (the first batch is one item): items that each cost a thousand rows go a few at a
+ * time, so no statement runs for seconds holding its rows (docs/performance.md, the storm).
  *
  * A batch that fails is retried one item at a time, so one bad item fails alone.
  */
@@ -24,7 +24,8 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
   let draining = false
   let costPerItem = 0
 
-  const batchSize = () => (options.cost && costPerItem > 0 ? Math.max(1, Math.min(options.maxBatch, Math.floor(options.cost.max / costPerItem))) : options.maxBatch)
+  // Until a batch has shown what an item costs, one item at a time: it might be a thousand rows.
+  const batchSize = () => (!options.cost ? options.maxBatch : costPerItem > 0 ? Math.max(1, Math.min(options.maxBatch, Math.floor(options.cost.max / costPerItem))) : 1)
 
   const settle = async (batch: Waiting[]) => {
     try {
@@ -60,7 +61,7 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
  * above, and a slow batch of one key (a fan-out to a thousand subscriptions) delays only that
  * key's items, while other keys' batches are written beside it. A key's batcher is dropped once
  * it has nothing left, so keys that come and go cost nothing (and what its `cost` learned goes
- * with it: a key's first batch after a pause is cut by `maxBatch` alone).
+ * with it: a key's first batch after a pause is one item).
  */
 export function createKeyedBatcher<Item, Result>(keyOf: (item: Item) => string, run: (items: Item[]) => Promise<Result[]>, options: BatcherOptions<Item, Result>) {
   const lanes = new Map<string, { batcher: ReturnType<typeof createBatcher<Item, Result>>; waiting: number }>()

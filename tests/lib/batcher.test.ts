@@ -42,33 +42,22 @@ describe('createBatcher', () => {
 describe('createBatcher with a cost', () => {
   test('batches are cut so their cost stays near the maximum, judged by the last batch; items dearer than the maximum go one at a time', async () => {
     const batches: number[][] = []
-    let release!: () => void
-    let hold: Promise<void> | null = new Promise<void>((resolve) => (release = resolve))
     const batcher = createBatcher<number, number>(
       async (items) => {
         batches.push(items)
-        if (hold) await hold
         // Each item "writes" as many rows as its value.
         const rows = items.reduce((sum, item) => sum + item, 0)
         return items.map(() => rows)
       },
-      { maxBatch: 100, cost: { of: (_items, results) => results[0]!, max: 1000 } },
+      { maxBatch: 100, lingerMs: 1, cost: { of: (_items, results) => results[0]!, max: 1000 } },
     )
-    const first = batcher.submit(250)
-    const rest = Array.from({ length: 12 }, () => batcher.submit(250))
-    hold = null
-    release()
-    await Promise.all([first, ...rest])
-    // The first batch knows no cost yet; then 250 rows an item: 4 items a batch.
+    await Promise.all(Array.from({ length: 13 }, () => batcher.submit(250)))
+    // All 13 waited for the first batch; until one batch has shown the cost, one item; then 250 rows an item: 4 items a batch.
     expect(batches.map((batch) => batch.length)).toEqual([1, 4, 4, 4])
     // Items dearer than the maximum: one a batch, once a batch has shown it.
     batches.length = 0
-    hold = new Promise<void>((resolve) => (release = resolve))
-    const dear = batcher.submit(5000)
-    const dearer = Array.from({ length: 3 }, () => batcher.submit(5000))
-    hold = null
-    release()
-    await Promise.all([dear, ...dearer])
+    await batcher.submit(5000)
+    await Promise.all(Array.from({ length: 3 }, () => batcher.submit(5000)))
     expect(batches.map((batch) => batch.length)).toEqual([1, 1, 1, 1])
   })
 })
