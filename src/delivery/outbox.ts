@@ -43,14 +43,20 @@ export const storeEventsAndDeliveries: SQL = sql`,
     select id, account_id, type, payload from stored_events
     returning id, account_id, type
   ),
-  new_deliveries as (
-    insert into deliveries (id, event_id, hook_id)
-    select 'dlv_' || substr(e.id, 5, 10) || substr(replace(gen_random_uuid()::text, '-', ''), 1, 16), e.id, h.id
+  targets as (
+    select e.id as event_id, h.id as hook_id, h.status
     from new_events e join hooks h on h.account_id = e.account_id and h.event = e.type and h.status in ('active', 'paused')
     join stored_events s on s.id = e.id and (h.filter_contacts is null or s.contact = any(h.filter_contacts))
+  ),
+  new_deliveries as (
+    insert into deliveries (id, event_id, hook_id)
+    select 'dlv_' || substr(t.event_id, 5, 10) || substr(replace(gen_random_uuid()::text, '-', ''), 1, 16), t.event_id, t.hook_id
+    from targets t
     returning hook_id
   ),
   queued as (
-    ${markDue(sql`select n.hook_id from new_deliveries n join hooks h on h.id = n.hook_id and h.status = 'active'`)}
+    -- From the subscriptions found above, not by joining hooks again: a prepared statement's plan made while
+    -- hooks was small looped over all of it once per delivery (365 ms for 100 deliveries at 10,000 subscriptions).
+    ${markDue(sql`select hook_id from targets where status = 'active'`)}
   )
   select (select count(*) from new_deliveries)::int as delivery_count`

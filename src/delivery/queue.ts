@@ -60,7 +60,7 @@ async function markUnlessHeld(db: Database, hookIds: readonly string[]): Promise
         ),
         added as (
           insert into hook_queues (hook_id, due_at)
-          select id, now() from wanted where id not in (select hook_id from hook_queues) order by id
+          select w.id, now() from wanted w where not exists (select 1 from hook_queues q where q.hook_id = w.id) order by w.id
           on conflict (hook_id) do nothing
           returning hook_id
         )
