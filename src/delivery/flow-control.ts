@@ -102,15 +102,17 @@ export function createFlowControl(settings: FlowSettings, now: () => number = ()
     fairShare(concurrency, busyByAccount.size - (accountId !== undefined && busyByAccount.has(accountId) ? 1 : 0))
 
   /**
-   * A subscription's share: an equal part of its account's share among the account's busy
-   * subscriptions. Shares are split by account first, so a thousand busy subscriptions of one
-   * account leave another account's single subscription the same share as one other
-   * subscription would (the storm in docs/performance.md: split by subscription, it got one slot).
-   * The account's share already keeps a part free for an account that starts sending; within an
-   * account, the claim serves its least-served subscription first.
+   * A subscription's share of its account's share, by the rule `fairShare` applies to the slots:
+   * with n other busy subscriptions in the account, 2 / (n + 2) of it (alone: all of it; with one
+   * other: two thirds), so one part is kept free for a subscription of the account that starts
+   * sending, and the account's own bound holds the sum. With one account busy this is
+   * `fairShare` of the slots itself. Shares are split by account first, so a thousand busy
+   * subscriptions of one account leave another account's single subscription its account's
+   * whole share (the storm in docs/performance.md: split over every busy subscription, it got
+   * one slot).
    */
   const subscriptionShare = (accountId: string | undefined, concurrency: number, othersBusy: number) =>
-    Math.max(1, Math.floor(accountShare(accountId, concurrency) / (othersBusy + 1)))
+    Math.max(1, Math.floor((2 * accountShare(accountId, concurrency)) / (othersBusy + 2)))
 
   const busyIn = (accountId: string | undefined) => (accountId === undefined ? 0 : (busyByAccount.get(accountId) ?? 0))
 

@@ -144,14 +144,14 @@ describe('shares', () => {
     expect(told.newcomer).toBe(4)
   })
 
-  test('within an account, busy subscriptions split its share equally', () => {
+  test("within an account, a subscription's share of the account's share follows the same rule: 2 / (n + 2) with n others busy", () => {
     const time = clock()
     const flow = createFlowControl({ initialWindow: 64, maxWindow: 128 }, time.now)
     flow.started('one', 'a')
     flow.started('two', 'a')
-    // a alone: half of 100; split between its two busy subscriptions.
-    expect(flow.allowance('one', 'a', 100)).toBe(25 - 1)
-    expect(flow.newcomerAllowance(100, 'a')).toBe(16)
+    // a alone has half of 100; each of its two busy subscriptions two thirds of that, a newcomer half.
+    expect(flow.allowance('one', 'a', 100)).toBe(33 - 1)
+    expect(flow.newcomerAllowance(100, 'a')).toBe(25)
     flow.answered('two', time.now(), good)
     expect(flow.allowance('one', 'a', 100)).toBe(50 - 1)
   })
