@@ -31,7 +31,14 @@ export interface DeliveryOperationDeps {
 
 // The table says `delivered` (as the worker's decisions do); the API says `succeeded`, as docs/api.md does.
 const STATE_OF_STATUS: Record<string, DeliveryState> = { pending: 'pending', delivered: 'succeeded', failed: 'failed', canceled: 'canceled' }
-const STATUS_OF_STATE: Record<DeliveryState, string> = { pending: 'pending', succeeded: 'delivered', failed: 'failed', canceled: 'canceled' }
+// The status as a literal, not a parameter: a prepared statement's generic plan cannot use the
+// partial index of failed and canceled deliveries (deliveries_failed_idx) for an unknown value.
+const STATUS_CONDITION: Record<DeliveryState, SQL> = {
+  pending: sql`d.status = 'pending'`,
+  succeeded: sql`d.status = 'delivered'`,
+  failed: sql`d.status = 'failed'`,
+  canceled: sql`d.status = 'canceled'`,
+}
 
 interface DeliveryRow {
   id: string
@@ -93,7 +100,7 @@ export async function listDeliveries(db: Database, hookId: string, query: { limi
     (before, take) => {
       const conditions = [sql`d.hook_id = ${hookId}`]
       if (before) conditions.push(sql`d.id < ${before}`)
-      if (query.state) conditions.push(sql`d.status = ${STATUS_OF_STATE[query.state]}`)
+      if (query.state) conditions.push(STATUS_CONDITION[query.state])
       return queryRows<DeliveryRow>(db, selectDeliveries(sql.join(conditions, sql` and `), sql`order by d.id desc limit ${take}`))
     },
     toDeliveryResource,

@@ -466,4 +466,45 @@ describe('isolation in the claim (src/delivery/dispatcher.ts)', () => {
     expect(suspects.filter((item) => item.suspect).map((item) => item.hookId)).toEqual([b.hook.id])
     expect(await claimRows(db, { ...options, suspectAllowance: 0 })).toHaveLength(0)
   })
+
+  test("a busy account's newcomer allowance applies to its subscriptions the dispatcher names no allowance for; other accounts' get the default", async () => {
+    await setAsideOthers()
+    const a = await eventFor('/iso-newcomer-a')
+    const b = await eventFor('/iso-newcomer-b')
+    await Promise.all([moreInbound(a.owner, 5), moreInbound(b.owner, 5)])
+    const claimed = await claimRows(db, { ...options, defaultAllowance: 4, accountNewcomerAllowances: { [a.owner.accountId]: 1 } })
+    expect([count(claimed, a.hook.id), count(claimed, b.hook.id)]).toEqual([1, 4])
+    // A subscription's own allowance comes before its account's.
+    await setAsideOthers()
+    await moreInbound(a.owner, 5)
+    const named = await claimRows(db, { ...options, allowances: { [a.hook.id]: 3 }, accountNewcomerAllowances: { [a.owner.accountId]: 1 } })
+    expect(count(named, a.hook.id)).toBe(3)
+  })
+
+  test.if(!!server.database.url)('a queue row another transaction holds is passed over, not waited for; the others are served', async () => {
+    await setAsideOthers()
+    const a = await eventFor('/iso-held-a')
+    const b = await eventFor('/iso-held-b')
+    const holder = postgresDatabase(server.database.url!, { max: 1 })
+    try {
+      let release!: () => void
+      const released = new Promise<void>((resolve) => (release = resolve))
+      let locked!: () => void
+      const isLocked = new Promise<void>((resolve) => (locked = resolve))
+      const holding = holder.db.transaction(async (tx) => {
+        await tx.execute(sql`select 1 from hook_queues where hook_id = ${a.hook.id} for update`)
+        locked()
+        await released
+      })
+      await isLocked
+      const claimed = await claimRows(db, options)
+      expect([count(claimed, a.hook.id), count(claimed, b.hook.id)]).toEqual([0, 1])
+      release()
+      await holding
+      // Its due_at was left as it was: once free, it is served.
+      expect(count(await claimRows(db, options), a.hook.id)).toBe(1)
+    } finally {
+      await holder.close()
+    }
+  })
 })

@@ -1,0 +1,1 @@
+CREATE INDEX "deliveries_failed_idx" ON "deliveries" USING btree ("hook_id","id") WHERE "deliveries"."status" in ('failed', 'canceled');
