@@ -6,7 +6,7 @@ import { incomingRequestIdOf } from '../lib/http.ts'
 import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
 import type { ToolDeps } from './tools.ts'
 import { isAllowedOrigin } from './origin.ts'
-import { handleMcpPost } from './sdk-server.ts'
+import { createMcpPostHandler } from './sdk-server.ts'
 import { MCP_SCOPES } from '../oauth/discovery.ts'
 import { stepUpRefusal } from './step-up.ts'
 
@@ -38,6 +38,7 @@ export function mcpRoutes(deps: McpRouteDeps) {
   // protected-resource metadata lists (tests/mcp/step-up.test.ts holds them equal).
   const auth = { scope: null, accepts: 'bearer' as const, audiences: [`${deps.baseUrl}/mcp`], before: checkOrigin, scopeHint: MCP_SCOPES }
   const resourceMetadataUrl = mcpResourceMetadataUrl(deps.publicUrl)
+  const handleMcpPost = createMcpPostHandler(deps)
   const notAllowed = (method: string) => () => {
     throw new ApiError(405, 'method_not_allowed', `${method} is not used: this MCP server is stateless (no server-initiated stream, no session). Send JSON-RPC with POST.`, {
       headers: { allow: 'POST, OPTIONS' },
@@ -54,7 +55,7 @@ export function mcpRoutes(deps: McpRouteDeps) {
         if (refusal) throw refusal
         // The caller's own X-Request-Id when it sent a valid one, as on every other route.
         const requestId = incomingRequestIdOf(request) ?? newId('req')
-        const response = await handleMcpPost(deps, caller, request, body, requestId)
+        const response = await handleMcpPost(caller, request, body, requestId)
         response.headers.set('x-request-id', requestId)
         return response
       },

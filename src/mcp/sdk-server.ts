@@ -1,6 +1,6 @@
-import { Server } from '@modelcontextprotocol/sdk/server/index.js'
-import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
-import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js'
+import {
+  createMcpHandler, isLegacyRequest, ProtocolError, ProtocolErrorCode, Server, WebStandardStreamableHTTPServerTransport, type AuthInfo, type CallToolResult,
+} from '@modelcontextprotocol/server'
 import type { Caller } from '../auth/authenticator.ts'
 import { problemBody } from '../lib/errors.ts'
 import { TOOL_LIST, callTool, type ToolDeps } from './tools.ts'
@@ -9,28 +9,63 @@ const SERVER_INFO = { name: 'messaging-service', title: 'Messaging service webho
 const INSTRUCTIONS =
   "Manages this messaging account's webhook subscriptions: which HTTPS URLs receive which message events (delivered, failed, inbound), and their deliveries (test, see, retry). Start with list_event_types and list_webhooks."
 
+/** What one request's server is bound to, handed through the SDK's pass-through `authInfo`. */
+interface RequestBinding {
+  caller: Caller
+  requestId: string
+}
+
+export type McpPostHandler = (caller: Caller, request: Request, parsedBody: unknown, requestId: string) => Promise<Response>
+
 /**
- * Answers one MCP POST. Stateless (SDK transport without session ids): each request gets a
- * fresh server bound to its authenticated caller, so any instance behind a load balancer can
- * answer any request and nothing lives between requests.
+ * Answers MCP POSTs with the SDK 2.x: 2026-07-28 requests (no `initialize`; version, client
+ * info and capabilities in each request's `_meta`; `server/discover`) through its serving entry
+ * (`createMcpHandler`), and 2025 clients that still send `initialize` through a stateless
+ * Streamable HTTP transport that answers with one JSON body, as this server always has
+ * (`isLegacyRequest` decides, as the entry itself would). Stateless either way: each request
+ * gets a fresh server bound to its authenticated caller, so any instance behind a load balancer
+ * can answer any request and nothing lives between requests (docs/mcp.md). The caller was
+ * authenticated by our own plugin; the SDK only passes `authInfo` through.
  */
-export async function handleMcpPost(deps: ToolDeps & { publicUrl: string }, caller: Caller, request: Request, parsedBody: unknown, requestId: string): Promise<Response> {
+export function createMcpPostHandler(deps: ToolDeps & { publicUrl: string }): McpPostHandler {
+  const modern = createMcpHandler(({ authInfo }) => serverFor(deps, bindingOf(authInfo)), { legacy: 'reject' })
+  const legacy = async (binding: RequestBinding, request: Request, parsedBody: unknown) => {
+    const server = serverFor(deps, binding)
+    const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
+    await server.connect(transport)
+    try {
+      return await transport.handleRequest(request, { parsedBody })
+    } finally {
+      // enableJsonResponse: the response is complete once handleRequest resolves.
+      await server.close()
+    }
+  }
+  return async (caller, request, parsedBody, requestId) => {
+    const binding: RequestBinding = { caller, requestId }
+    if (await isLegacyRequest(request, parsedBody)) return legacy(binding, request, parsedBody)
+    // No token here: the tools need the caller, never the credential.
+    const clientId = caller.credential.kind === 'access_token' ? caller.credential.clientId : ''
+    const authInfo: AuthInfo = { token: '', clientId, scopes: [...caller.scopes], extra: { binding } }
+    return modern.fetch(request, { parsedBody, authInfo })
+  }
+}
+
+function bindingOf(authInfo: AuthInfo | undefined): RequestBinding {
+  const binding = authInfo?.extra?.binding as RequestBinding | undefined
+  if (!binding) throw new Error('an MCP request reached the SDK without its caller')
+  return binding
+}
+
+function serverFor(deps: ToolDeps & { publicUrl: string }, { caller, requestId }: RequestBinding): Server {
   const server = new Server(SERVER_INFO, { capabilities: { tools: {} }, instructions: INSTRUCTIONS })
-  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: TOOL_LIST }))
-  server.setRequestHandler(CallToolRequestSchema, async ({ params }): Promise<CallToolResult> => {
+  server.setRequestHandler('tools/list', () => ({ tools: TOOL_LIST }))
+  server.setRequestHandler('tools/call', async ({ params }): Promise<CallToolResult> => {
     const outcome = await callTool(deps, caller, params.name, params.arguments)
-    if (!outcome) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${params.name}. tools/list names the tools.`)
+    if (!outcome) throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool: ${params.name}. tools/list names the tools.`)
     if (outcome.ok) return { content: [{ type: 'text', text: JSON.stringify(outcome.result) }], structuredContent: outcome.result }
     // The same problem body REST would answer, so a model reads the same field errors.
     const problem = problemBody(outcome.error, requestId, deps.publicUrl)
     return { isError: true, content: [{ type: 'text', text: JSON.stringify(problem) }] }
   })
-  const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
-  await server.connect(transport)
-  try {
-    return await transport.handleRequest(request, { parsedBody })
-  } finally {
-    // enableJsonResponse: the response is complete once handleRequest resolves.
-    await server.close()
-  }
+  return server
 }

@@ -1,7 +1,7 @@
 import { t, type TSchema } from 'elysia'
 import { Kind, TransformKind, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import type { Tool } from '@modelcontextprotocol/sdk/types.js'
+import type { Tool } from '@modelcontextprotocol/server'
 import type { Caller } from '../auth/authenticator.ts'
 import type { Scope } from '../auth/scopes.ts'
 import { ApiError, schemaViolations, validationFailed } from '../lib/errors.ts'

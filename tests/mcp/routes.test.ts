@@ -217,3 +217,68 @@ test("an MCP POST keeps the caller's valid X-Request-Id, as every other route do
   expect(response.status).toBe(200)
   expect(response.headers.get('x-request-id')).toBe('agent-trace.42')
 })
+
+describe('protocol 2026-07-28: no initialize, the version and client in each request', () => {
+  const modern = (token: string, method: string, params: Record<string, unknown> = {}, name?: string) =>
+    fetch(mcpUrl, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${token}`,
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-protocol-version': '2026-07-28',
+        'mcp-method': method,
+        ...(name ? { 'mcp-name': name } : {}),
+      },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 7,
+        method,
+        params: {
+          ...params,
+          _meta: {
+            'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+            'io.modelcontextprotocol/clientInfo': { name: 'raw-agent', version: '1.0.0' },
+            'io.modelcontextprotocol/clientCapabilities': {},
+          },
+        },
+      }),
+    })
+
+  test('server/discover names the versions and the tools capability; tools/list and tools/call answer without initialize', async () => {
+    const fixture = await flowFixture(server)
+    const token = await tokenFor(fixture, { scope: 'hooks:read' })
+    const discovered = await modern(token, 'server/discover')
+    expect(discovered.status).toBe(200)
+    const discovery = (await discovered.json()) as { result: { supportedVersions: string[]; capabilities: Record<string, unknown>; _meta: Record<string, { name: string }> } }
+    // Modern revisions only: 2025 clients negotiate theirs through initialize, still answered (the tests above).
+    expect(discovery.result.supportedVersions).toEqual(['2026-07-28'])
+    expect(discovery.result.capabilities.tools).toBeDefined()
+    expect(discovery.result._meta['io.modelcontextprotocol/serverInfo']?.name).toBe('messaging-service')
+
+    const listed = (await (await modern(token, 'tools/list')).json()) as { result: { tools: { name: string }[] } }
+    expect(listed.result.tools.map((tool) => tool.name)).toContain('list_webhooks')
+
+    const called = (await (await modern(token, 'tools/call', { name: 'list_webhooks', arguments: {} }, 'list_webhooks')).json()) as { result: { structuredContent: { data: unknown[] } } }
+    expect(called.result.structuredContent.data).toEqual([])
+  })
+
+  test('the Mcp-Name header must name the tool the body calls', async () => {
+    const fixture = await flowFixture(server)
+    const token = await tokenFor(fixture, { scope: 'hooks:read' })
+    const mismatched = await modern(token, 'tools/call', { name: 'list_webhooks', arguments: {} }, 'list_event_types')
+    expect(mismatched.status).toBe(400)
+    const body = (await mismatched.json()) as { error: { code: number } }
+    expect(body.error.code).toBeNumber()
+  })
+
+  test('a tool call the token has no scope for gets the same 403 step-up challenge', async () => {
+    const fixture = await flowFixture(server)
+    const token = await tokenFor(fixture, { scope: 'hooks:read' })
+    const refused = await modern(token, 'tools/call', { name: 'create_webhook', arguments: { event: 'message.inbound', target_url: 'https://example.com/h' } }, 'create_webhook')
+    expect(refused.status).toBe(403)
+    const challenge = refused.headers.get('www-authenticate')!
+    expect(challenge).toContain('error="insufficient_scope"')
+    expect(challenge).toContain('create_webhook needs hooks:write')
+  })
+})
