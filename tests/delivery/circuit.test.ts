@@ -99,9 +99,10 @@ test('a failing receiver opens the circuit: probed at most once per interval, no
     expect(requestsTo(path) - before).toBeLessThanOrEqual(2)
     expect(await deliveryStates(server.origin)).toEqual(Array(EVENTS).fill('pending'))
 
+    // The first probe falls due 5 s after the circuit opened and is claimed at the next poll (1 s): wait for it, then kill.
+    expect(await until(async () => server.output().includes('"circuit":"probe"'), (seen) => seen, 5_000)).toBe(true)
     server.process.kill('SIGKILL')
     await server.process.exited
-    expect(server.output()).toContain('"circuit":"probe"')
     server = await startServerProcess(['bun', 'src/main.ts'], env)
     const afterRestart = await circuit(server.origin)
     expect(afterRestart.opened_at).toBe(opened.opened_at)
