@@ -1,4 +1,4 @@
-import { createFlowControl, fairShare, type FlowSettings } from './flow-control.ts'
+import { createFlowControl, type FlowSettings } from './flow-control.ts'
 import { decideAfterAttempt } from './policy.ts'
 import type { AttemptResult } from './send.ts'
 import type { ClaimOptions, ClaimResult, ClaimedDelivery, RecordedAttempt } from './store.ts'
@@ -111,9 +111,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   const claimOptions = (free: number): ClaimOptions => {
-    const accountShare = (others: number) => fairShare(concurrency, others)
+    // Accounts' shares come from flow control, which splits the slots by account first: one rule for both bounds.
     const accountAllowances: Record<string, number> = {}
-    for (const [accountId, count] of accountsInFlight) accountAllowances[accountId] = Math.max(0, accountShare(accountsInFlight.size - 1) - count)
+    for (const [accountId, count] of accountsInFlight) accountAllowances[accountId] = Math.max(0, flow.accountShare(accountId, concurrency) - count)
     const told = flow.claimAllowances(concurrency)
     return {
       limit: free,
@@ -122,7 +122,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       accountNewcomerAllowances: told.accounts,
       defaultAllowance: told.newcomer,
       accountAllowances,
-      defaultAccountAllowance: accountShare(accountsInFlight.size),
+      defaultAccountAllowance: flow.accountShare(undefined, concurrency),
       suspectAllowance: Math.max(0, Math.floor(concurrency / 2) - suspectsInFlight),
       maxPerHook: options.maxPerHook,
     }

@@ -181,6 +181,9 @@ export function createFlowControl(settings: FlowSettings, now: () => number = ()
 
     newcomerAllowance,
 
+    /** An account's fair share of the `concurrency` slots among the accounts with attempts in flight (undefined: one with none). */
+    accountShare,
+
     /**
      * The claim's input: `newcomer`, what a subscription of an account with nothing in flight may
      * start; `accounts`, what any other subscription of an account with attempts in flight may
