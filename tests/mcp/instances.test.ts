@@ -3,7 +3,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { startTestServer, type TestServer } from '../support/server.ts'
 import { flowFixture } from '../oauth/support.ts'
-import { tokenFor, type ToolResult } from '../support/mcp.ts'
+import { modernRequest, tokenFor, type ToolResult } from '../support/mcp.ts'
 
 // Two instances on one database behind one address, and a proxy that sends each request to the
 // next instance in turn (no sticky sessions): what a load balancer in front of the service does.
@@ -54,30 +54,7 @@ test('a 2025 client (initialize first) is served request by request by either in
 test('2026-07-28: discover on one instance, a tool call on the other, nothing carried between them', async () => {
   const token = await tokenFor(first, await flowFixture(first), {})
   const modern = (method: string, params: Record<string, unknown> = {}, name?: string) =>
-    fetch(mcpUrl, {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${token}`,
-        'content-type': 'application/json',
-        accept: 'application/json, text/event-stream',
-        'mcp-protocol-version': '2026-07-28',
-        'mcp-method': method,
-        ...(name ? { 'mcp-name': name } : {}),
-      },
-      body: JSON.stringify({
-        jsonrpc: '2.0',
-        id: 1,
-        method,
-        params: {
-          ...params,
-          _meta: {
-            'io.modelcontextprotocol/protocolVersion': '2026-07-28',
-            'io.modelcontextprotocol/clientInfo': { name: 'raw-agent', version: '1.0.0' },
-            'io.modelcontextprotocol/clientCapabilities': {},
-          },
-        },
-      }),
-    }).then(async (response) => ({ status: response.status, body: (await response.json()) as { result: any } }))
+    modernRequest(mcpUrl, token, method, params, name).then(async (response) => ({ status: response.status, body: (await response.json()) as { result: any } }))
 
   const before = servedBy.length
   const discovered = await modern('server/discover')

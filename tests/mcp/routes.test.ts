@@ -4,7 +4,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js'
 import { startTestServer } from '../support/server.ts'
 import { flowFixture, postJson, type Fixture } from '../oauth/support.ts'
-import { TestOAuthProvider, connectWithToken as connectTo, expectScopeRefused, problemOf, tokenFor as tokenOn, type ToolResult } from '../support/mcp.ts'
+import { TestOAuthProvider, connectWithToken as connectTo, expectScopeRefused, modernRequest, problemOf, tokenFor as tokenOn, type ToolResult } from '../support/mcp.ts'
 
 const server = await startTestServer({ env: { MCP_ALLOWED_ORIGINS: 'https://agent.example' } })
 const mcpUrl = `${server.config.baseUrl}/mcp`
@@ -219,31 +219,7 @@ test("an MCP POST keeps the caller's valid X-Request-Id, as every other route do
 })
 
 describe('protocol 2026-07-28: no initialize, the version and client in each request', () => {
-  const modern = (token: string, method: string, params: Record<string, unknown> = {}, name?: string) =>
-    fetch(mcpUrl, {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${token}`,
-        'content-type': 'application/json',
-        accept: 'application/json, text/event-stream',
-        'mcp-protocol-version': '2026-07-28',
-        'mcp-method': method,
-        ...(name ? { 'mcp-name': name } : {}),
-      },
-      body: JSON.stringify({
-        jsonrpc: '2.0',
-        id: 7,
-        method,
-        params: {
-          ...params,
-          _meta: {
-            'io.modelcontextprotocol/protocolVersion': '2026-07-28',
-            'io.modelcontextprotocol/clientInfo': { name: 'raw-agent', version: '1.0.0' },
-            'io.modelcontextprotocol/clientCapabilities': {},
-          },
-        },
-      }),
-    })
+  const modern = (token: string, method: string, params: Record<string, unknown> = {}, name?: string) => modernRequest(mcpUrl, token, method, params, name)
 
   test('server/discover names the versions and the tools capability; tools/list and tools/call answer without initialize', async () => {
     const fixture = await flowFixture(server)
@@ -261,6 +237,22 @@ describe('protocol 2026-07-28: no initialize, the version and client in each req
 
     const called = (await (await modern(token, 'tools/call', { name: 'list_webhooks', arguments: {} }, 'list_webhooks')).json()) as { result: { structuredContent: { data: unknown[] } } }
     expect(called.result.structuredContent.data).toEqual([])
+  })
+
+  test('a 2026-07-28 request with no envelope, a malformed one, or a Mcp-Method the body contradicts is a 400 JSON-RPC error, never a 5xx', async () => {
+    const fixture = await flowFixture(server)
+    const token = await tokenFor(fixture, { scope: 'hooks:read' })
+    const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2026-07-28' }
+    const bodies: [string, unknown][] = [
+      ['tools/list', { jsonrpc: '2.0', id: 1, method: 'tools/list' }],
+      ['tools/list', { jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: { 'io.modelcontextprotocol/protocolVersion': 42, 'io.modelcontextprotocol/clientInfo': 'x' } } }],
+      ['tools/call', { jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', 'io.modelcontextprotocol/clientInfo': { name: 'a', version: '1' }, 'io.modelcontextprotocol/clientCapabilities': {} } } }],
+    ]
+    for (const [method, body] of bodies) {
+      const response = await fetch(mcpUrl, { method: 'POST', headers: { ...headers, 'mcp-method': method }, body: JSON.stringify(body) })
+      expect(response.status).toBe(400)
+      expect(((await response.json()) as { error: { code: number } }).error.code).toBeNumber()
+    }
   })
 
   test('the Mcp-Name header must name the tool the body calls', async () => {

@@ -22,6 +22,37 @@ export async function connectWithToken(server: TestServer, token: string) {
   return client
 }
 
+/**
+ * A raw MCP 2026-07-28 request: no initialize; the version, client info and capabilities in the
+ * request's `_meta`, and the `MCP-Protocol-Version`, `Mcp-Method` (and `Mcp-Name`) headers.
+ */
+export function modernRequest(url: string, token: string, method: string, params: Record<string, unknown> = {}, name?: string) {
+  return fetch(url, {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${token}`,
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'mcp-protocol-version': '2026-07-28',
+      'mcp-method': method,
+      ...(name ? { 'mcp-name': name } : {}),
+    },
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method,
+      params: {
+        ...params,
+        _meta: {
+          'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+          'io.modelcontextprotocol/clientInfo': { name: 'raw-agent', version: '1.0.0' },
+          'io.modelcontextprotocol/clientCapabilities': {},
+        },
+      },
+    }),
+  })
+}
+
 export type ToolResult = { isError?: boolean; structuredContent?: any; content: { type: string; text: string }[] }
 export type ToolProblem = { status: number; code: string; detail: string; errors?: { path: string; message: string }[]; type?: string; title?: string; request_id?: string }
 
