@@ -46,6 +46,7 @@ export const storeEventsAndDeliveries: SQL = sql`,
   targets as (
     select e.id as event_id, h.id as hook_id, h.status
     from new_events e join hooks h on h.account_id = e.account_id and h.event = e.type and h.status in ('active', 'paused')
+      and (h.expires_at is null or h.expires_at > now())
     join stored_events s on s.id = e.id and (h.filter_contacts is null or s.contact = any(h.filter_contacts))
   ),
   new_deliveries as (

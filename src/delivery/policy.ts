@@ -8,6 +8,8 @@ export type DeliveryDecision =
   | { kind: 'exhausted' }
   /** The receiver said the endpoint is gone (410): stop sending to it at once. */
   | { kind: 'disable_hook'; reason: string }
+  /** An MCP event subscription's receiver refused this one delivery (410 or 413): it fails, the subscription goes on. */
+  | { kind: 'refused' }
 
 /** What the policy reads of a send (src/delivery/send.ts). */
 export type AttemptOutcome = Pick<AttemptResult, 'ok' | 'status' | 'retryAfterSeconds'>
@@ -21,8 +23,17 @@ const JITTER = 0.2
  * jitter so that deliveries failed together do not retry together. `attemptsMade` counts the
  * attempt just made.
  */
-export function decideAfterAttempt(result: AttemptOutcome, attemptsMade: number, schedule: readonly number[], random: () => number = Math.random): DeliveryDecision {
+export function decideAfterAttempt(
+  result: AttemptOutcome,
+  attemptsMade: number,
+  schedule: readonly number[],
+  random: () => number = Math.random,
+  target: { eventSubscription: boolean } = { eventSubscription: false },
+): DeliveryDecision {
   if (result.ok) return { kind: 'delivered' }
+  // The Events extension's receivers answer 410 to an event they will not take (stale, already handled, past
+  // their refreshBefore) and 413 to one too large: neither is retried, and neither ends the subscription.
+  if (target.eventSubscription && (result.status === 410 || result.status === 413)) return { kind: 'refused' }
   if (result.status === 410) return { kind: 'disable_hook', reason: 'The receiver answered 410 Gone.' }
   if (attemptsMade >= schedule.length) return { kind: 'exhausted' }
   const scheduled = schedule[attemptsMade]! * (1 - JITTER + 2 * JITTER * random())

@@ -9,6 +9,8 @@ export interface WebhookRequest {
   body: string
   /** `whsec_…` secrets; more than one while a secret is being rotated, each signs the attempt. */
   secrets: string[]
+  /** Headers besides the Standard Webhooks ones (an MCP event subscription's X-MCP-Subscription-Id). */
+  headers?: Record<string, string>
 }
 
 export interface SendOptions {
@@ -68,6 +70,7 @@ export async function sendWebhook(request: WebhookRequest, options: SendOptions)
     return failure('invalid target URL')
   }
   const headers: Record<string, string> = {
+    ...request.headers,
     'content-type': 'application/json',
     'user-agent': USER_AGENT,
     'webhook-id': request.id,

@@ -23,6 +23,8 @@ export interface ClaimedDelivery {
   suspect: boolean
   /** The one attempt an open circuit lets through. */
   probe: boolean
+  /** An agent's MCP event subscription (docs/mcp.md#events): sent as an event occurrence, and 410 or 413 refuses only this delivery. */
+  eventSubscription: boolean
 }
 
 export interface ClaimOptions {
@@ -119,6 +121,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
     previous_secret_ciphertext: string | null
     suspect: boolean
     probe: boolean
+    event_subscription: boolean
     visited: number
   }
   // No lease taken now or earlier runs past this: a subscription with attempts in flight is due by then
@@ -137,7 +140,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             -- over, never waited for: a fan-out writing a thousand of one account's rows for seconds
             -- (docs/performance.md, the storm) does not hide the others' rows behind them, and this statement
             -- waits for no lock at all, so it is never in a circle of waits.
-            select q.hook_id, q.due_at, h.account_id, h.status, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
+            select q.hook_id, q.due_at, h.account_id, h.status, h.expires_at, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
                    h.rate_limit_per_s, h.rate_window_started_at, h.rate_window_count
             from hook_queues q
             join hooks h on h.id = q.hook_id
@@ -160,7 +163,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             -- One probe of deliveries_leased_idx per subscription: a join here lets the planner pick a scan of the whole table.
             select d.*, (select count(*)::int from deliveries x where x.hook_id = d.hook_id and x.leased_until is not null and x.leased_until >= now()) as held
             from due d
-            where d.status = 'active' and (d.throttled_until is null or d.throttled_until <= now())
+            where d.status = 'active' and (d.expires_at is null or d.expires_at > now()) and (d.throttled_until is null or d.throttled_until <= now())
           ),
           rooms as (
             select d.hook_id, d.due_at, d.account_id, d.held,
@@ -222,12 +225,12 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             where d.id = picked.id and e.id = d.event_id and h.id = d.hook_id
             returning d.id, d.event_id, d.hook_id, h.account_id, d.attempts, e.payload, h.target_url, h.secret_ciphertext,
                       case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext,
-                      picked.suspect, picked.probe
+                      picked.suspect, picked.probe, h.grant_id is not null as event_subscription
           ),
           next_due as (
             select d.hook_id,
                    case
-                     when d.status <> 'active' then null
+                     when d.status <> 'active' or d.expires_at <= now() then null
                      when d.throttled_until > now() then d.throttled_until
                      when d.circuit_opened_at is not null then
                        case when coalesce(p.n, 0) > 0 then ${nextProbeAt(sql`d.circuit_opened_at`)}
@@ -277,6 +280,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
         previousSecretCiphertext: row.previous_secret_ciphertext,
         suspect: row.suspect === true,
         probe: row.probe === true,
+        eventSubscription: row.event_subscription === true,
       })),
     more: visited >= scan,
   }

@@ -4,6 +4,7 @@ import { createSecretBox, type SecretBox } from '../lib/secret-box.ts'
 import type { LogFields } from '../lib/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
 import { sendWebhook, type AttemptResult } from './send.ts'
+import { occurrenceBody, SUBSCRIPTION_ID_HEADER } from '../mcp/event-wire.ts'
 import { DELIVERIES_CHANNEL, claimDueDeliveries, recordDeliveryAttempts, type ClaimedDelivery } from './store.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './supervisor.ts'
 import { OUTCOME_INDEX, type OutcomeCounts } from '../ops/delivery-counts.ts'
@@ -115,8 +116,11 @@ async function start(settings: WorkerSettings) {
       log('error', 'cannot open a webhook signing secret', { hook_id: delivery.hookId, error: String(error) })
       return { ok: false, status: null, durationMs: 0, error: 'the signing secret could not be opened', responseSnippet: '', retryAfterSeconds: null }
     }
+    const request = delivery.eventSubscription
+      ? { url: delivery.targetUrl, id: delivery.eventId, body: occurrenceBody(delivery.payload), secrets, headers: { [SUBSCRIPTION_ID_HEADER]: delivery.hookId } }
+      : { url: delivery.targetUrl, id: delivery.eventId, body: delivery.payload, secrets }
     return sendWebhook(
-      { url: delivery.targetUrl, id: delivery.eventId, body: delivery.payload, secrets },
+      request,
       { timeoutMs: settings.timeoutMs, allowPrivate: settings.allowPrivate, ca: settings.ca },
     )
   }
@@ -129,7 +133,7 @@ async function start(settings: WorkerSettings) {
     attemptLines = []
   }
   // Counts for the metrics, posted like the lines: at most one message per 50 ms.
-  const outcomes: OutcomeCounts = [0, 0, 0, 0]
+  const outcomes: OutcomeCounts = [0, 0, 0, 0, 0]
   let claimSeconds: number[] = []
   let inFlight = 0
   let countsTimer: ReturnType<typeof setTimeout> | undefined

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { and, count, desc, eq, lt, sql } from 'drizzle-orm'
+import { and, count, desc, eq, isNull, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { circuitState } from '../delivery/circuit.ts'
 import { markDue } from '../delivery/queue.ts'
@@ -141,7 +141,7 @@ export async function createHook(
   try {
     const hook = await deps.db.transaction(async (tx) => {
       await tx.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, accountId)).for('no key update')
-      const [held] = await tx.select({ n: count() }).from(hooks).where(eq(hooks.accountId, accountId))
+      const [held] = await tx.select({ n: count() }).from(hooks).where(and(eq(hooks.accountId, accountId), isNull(hooks.grantId)))
       if (held!.n >= deps.hooksPerAccount) throw hooksLimitReached(deps.hooksPerAccount)
       const [inserted] = await tx
         .insert(hooks)
@@ -166,7 +166,7 @@ export async function listHooks(db: Database, accountId: string, page: { limit?:
       db
         .select()
         .from(hooks)
-        .where(and(eq(hooks.accountId, accountId), before ? lt(hooks.id, before) : undefined))
+        .where(and(eq(hooks.accountId, accountId), isNull(hooks.grantId), before ? lt(hooks.id, before) : undefined))
         .orderBy(desc(hooks.id))
         .limit(take),
     toHookResource,

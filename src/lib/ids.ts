@@ -1,6 +1,7 @@
+import { createHash } from 'node:crypto'
 const CROCKFORD = '0123456789abcdefghjkmnpqrstvwxyz'
 
-export type IdPrefix = 'acc' | 'usr' | 'key' | 'req' | 'cli' | 'grt' | 'hook' | 'msg' | 'evt' | 'dlv' | 'att'
+export type IdPrefix = 'acc' | 'usr' | 'key' | 'req' | 'cli' | 'grt' | 'hook' | 'evs' | 'msg' | 'evt' | 'dlv' | 'att'
 
 // Ids are made on every request (request ids): random bytes come from a pool, refilled in bulk.
 const POOL_SIZE = 4096
@@ -65,6 +66,26 @@ export function newId(prefix: IdPrefix, now: number = Date.now()): string {
     value = ((value << 8) | random[i]!) & 0xfff
     bits += 8
     while (bits >= 5) {
+      out += CROCKFORD[(value >>> (bits - 5)) & 31]
+      bits -= 5
+    }
+  }
+  return out
+}
+
+/**
+ * An id derived from `material` rather than drawn at random: the same material always gives the same
+ * id (the first 130 bits of its SHA-256, Crockford base32), in the same alphabet and length as newId's.
+ */
+export function derivedId(prefix: IdPrefix, material: string): string {
+  const digest = createHash('sha256').update(material).digest()
+  let out = `${prefix}_`
+  let bits = 0
+  let value = 0
+  for (let i = 0; out.length < prefix.length + 27; i++) {
+    value = ((value << 8) | digest[i]!) & 0xfff
+    bits += 8
+    while (bits >= 5 && out.length < prefix.length + 27) {
       out += CROCKFORD[(value >>> (bits - 5)) & 31]
       bits -= 5
     }

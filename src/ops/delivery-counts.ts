@@ -3,8 +3,8 @@ import type { DeliveryDecision } from '../delivery/policy.ts'
 // Shared by the delivery worker thread and the metrics (src/ops/metrics.ts); kept apart so that the
 // thread does not load prom-client.
 
-export const OUTCOMES = ['delivered', 'retry', 'exhausted', 'disable_hook'] as const satisfies readonly DeliveryDecision['kind'][]
+export const OUTCOMES = ['delivered', 'retry', 'exhausted', 'disable_hook', 'refused'] as const satisfies readonly DeliveryDecision['kind'][]
 export type Outcome = (typeof OUTCOMES)[number]
 /** Attempts by outcome since the last report, in OUTCOMES order. */
-export type OutcomeCounts = [number, number, number, number]
-export const OUTCOME_INDEX: Record<Outcome, number> = { delivered: 0, retry: 1, exhausted: 2, disable_hook: 3 }
+export type OutcomeCounts = [number, number, number, number, number]
+export const OUTCOME_INDEX: Record<Outcome, number> = { delivered: 0, retry: 1, exhausted: 2, disable_hook: 3, refused: 4 }

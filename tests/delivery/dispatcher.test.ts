@@ -15,6 +15,7 @@ const delivery = (id: number, hookId = 'hook_1'): ClaimedDelivery => ({
   previousSecretCiphertext: null,
   suspect: false,
   probe: false,
+  eventSubscription: false,
 })
 const ok: AttemptResult = { ok: true, status: 200, durationMs: 1, error: null, responseSnippet: '', retryAfterSeconds: null }
 

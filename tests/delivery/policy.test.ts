@@ -9,6 +9,14 @@ test('success is delivered; 410 disables the subscription', () => {
   expect(decideAfterAttempt(failed(410), 1, schedule).kind).toBe('disable_hook')
 })
 
+test("an MCP event subscription's 410 or 413 refuses that delivery only; a REST subscription's 413 is retried", () => {
+  const agent = { eventSubscription: true }
+  expect(decideAfterAttempt(failed(410), 1, schedule, Math.random, agent)).toEqual({ kind: 'refused' })
+  expect(decideAfterAttempt(failed(413), 1, schedule, Math.random, agent)).toEqual({ kind: 'refused' })
+  expect(decideAfterAttempt(failed(500), 1, schedule, () => 0.5, agent)).toEqual({ kind: 'retry', delayMs: 5_000 })
+  expect(decideAfterAttempt(failed(413), 1, schedule, () => 0.5).kind).toBe('retry')
+})
+
 test('failures follow the schedule with ±20 % jitter, then stop', () => {
   expect(decideAfterAttempt(failed(500), 1, schedule, () => 0.5)).toEqual({ kind: 'retry', delayMs: 5_000 })
   expect(decideAfterAttempt(failed(null), 2, schedule, () => 0)).toEqual({ kind: 'retry', delayMs: 240_000 })

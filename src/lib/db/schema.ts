@@ -209,11 +209,22 @@ export const hooks = pgTable(
     circuitOpenedAt: timestamp('circuit_opened_at', { withTimezone: true, mode: 'date' }),
     /** While open: when the next probe may start. */
     circuitProbeAt: timestamp('circuit_probe_at', { withTimezone: true, mode: 'date' }),
+    /**
+     * Set on an agent's MCP event subscription (docs/mcp.md#events): the grant it acts for. Such a row is
+     * delivered exactly as a REST subscription but is not one of the account's webhooks (GET …/hooks lists
+     * none of them); its id is derived from (grant, callback URL, event, arguments), as the Events extension asks.
+     */
+    grantId: text('grant_id').references(() => grants.id, { onDelete: 'cascade' }),
+    /** An MCP event subscription's arguments, canonical JSON (its filter is in filter_contacts). */
+    eventArguments: text('event_arguments'),
+    /** An MCP event subscription's granted lifetime: nothing is delivered after it, and it is deleted. Null: no expiry. */
+    expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }),
     createdAt: createdAt(),
   },
   (table) => [
-    uniqueIndex('hooks_account_event_target_key').on(table.accountId, table.event, table.targetUrl),
+    uniqueIndex('hooks_account_event_target_key').on(table.accountId, table.event, table.targetUrl).where(sql`${table.grantId} is null`),
     index('hooks_account_id_idx').on(table.accountId, table.id),
+    index('hooks_grant_id_idx').on(table.grantId).where(sql`${table.grantId} is not null`),
   ],
 )
 
