@@ -20,6 +20,7 @@ import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/sec
 import { SigningKeyError, createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
 import { startSuccessorErasure } from './oauth/grants/refresh-token.ts'
 import { startEventRetention } from './delivery/retention.ts'
+import { startEventSubscriptionSweep } from './mcp/event-subscriptions.ts'
 import { startDeliveryWorker } from './delivery/supervisor.ts'
 import { createCommitNotifier } from './delivery/commit-notifier.ts'
 import { createMetrics, type Metrics } from './ops/metrics.ts'
@@ -151,6 +152,7 @@ export async function createInstance(options: {
   const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger, metrics: metrics?.delivery }) : undefined
   const successorErasure = startSuccessorErasure({ db: handle.db, graceSeconds: config.oauthRefreshGraceSeconds, logger })
   const eventRetention = startEventRetention({ db: handle.db, retentionDays: config.eventRetentionDays, logger })
+  const eventSubscriptionSweep = startEventSubscriptionSweep({ db: handle.db, secretBox, send: { timeoutMs: config.webhookTimeoutMs, allowPrivate: config.webhookAllowPrivateTargets, ca: config.webhookCaPem }, logger })
   const queuedCatchUp = startQueuedCatchUp(messaging)
   const handler = requestHandler(app, logger, { publicUrl: config.publicUrl, trustedProxies: config.trustedProxies })
   return {
@@ -165,6 +167,7 @@ export async function createInstance(options: {
       notifier?.stop()
       await successorErasure.stop()
       await eventRetention.stop()
+      await eventSubscriptionSweep.stop()
       await queuedCatchUp.stop()
       await worker?.stop()
     },

@@ -36,7 +36,7 @@ const EXAMPLE_MESSAGES: Record<EventType, Message> = {
 }
 
 /** A plain JSON Schema: TypeBox's own markers dropped, and no `$id` (a fragment `$id` is not valid JSON Schema 2020-12). */
-function plainJsonSchema(schema: unknown): Record<string, unknown> {
+export function plainJsonSchema(schema: unknown): Record<string, unknown> {
   return JSON.parse(JSON.stringify(schema, (key, value) => (key === '$id' ? undefined : value))) as Record<string, unknown>
 }
 

@@ -7,7 +7,7 @@ import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
 import type { ToolDeps } from './tools.ts'
 import { isAllowedOrigin } from './origin.ts'
 import { createMcpPostHandler } from './sdk-server.ts'
-import { MCP_SCOPES } from '../oauth/discovery.ts'
+import { MCP_TOOL_SCOPES } from '../oauth/discovery.ts'
 import { stepUpRefusal } from './step-up.ts'
 
 export interface McpRouteDeps extends ToolDeps, Omit<AuthPluginDeps, 'resourceMetadataUrl'> {
@@ -34,9 +34,9 @@ export function mcpRoutes(deps: McpRouteDeps) {
   }
   // The Origin check comes before authentication: a page on another origin learns nothing.
   // Any MCP-audience token may talk to the server (initialize, tools/list); each tool call needs its
-  // tool's scope, checked below. A 401 suggests the scopes of every tool, those the MCP
-  // protected-resource metadata lists (tests/mcp/step-up.test.ts holds them equal).
-  const auth = { scope: null, accepts: 'bearer' as const, audiences: [`${deps.baseUrl}/mcp`], before: checkOrigin, scopeHint: MCP_SCOPES }
+  // tool's scope, checked below. A 401 suggests the scopes of every tool; the MCP protected-resource
+  // metadata lists those and messages:read, which events/subscribe steps up to (src/oauth/discovery.ts).
+  const auth = { scope: null, accepts: 'bearer' as const, audiences: [`${deps.baseUrl}/mcp`], before: checkOrigin, scopeHint: MCP_TOOL_SCOPES }
   const resourceMetadataUrl = mcpResourceMetadataUrl(deps.publicUrl)
   const handleMcpPost = createMcpPostHandler(deps)
   const notAllowed = (method: string) => () => {

@@ -1,9 +1,12 @@
 import {
-  createMcpHandler, isLegacyRequest, ProtocolError, ProtocolErrorCode, Server, WebStandardStreamableHTTPServerTransport, type AuthInfo, type CallToolResult,
+  createMcpHandler, isLegacyRequest, ProtocolError, ProtocolErrorCode, Server, WebStandardStreamableHTTPServerTransport, type AuthInfo, type CallToolResult, type StandardSchemaV1,
 } from '@modelcontextprotocol/server'
 import type { Caller } from '../auth/authenticator.ts'
 import { problemBody } from '../lib/errors.ts'
 import { TOOL_LIST, callTool, type ToolDeps } from './tools.ts'
+import { listEvents, subscribe, unsubscribe } from './events.ts'
+
+const EVENTS_EXTENSION = 'io.modelcontextprotocol/events'
 
 const SERVER_INFO = { name: 'messaging-service', title: 'Messaging service webhooks', version: '0.1.0' }
 const INSTRUCTIONS =
@@ -28,9 +31,9 @@ export type McpPostHandler = (caller: Caller, request: Request, parsedBody: unkn
  * authenticated by our own plugin; the SDK only passes `authInfo` through.
  */
 export function createMcpPostHandler(deps: ToolDeps & { publicUrl: string }): McpPostHandler {
-  const modern = createMcpHandler(({ authInfo }) => serverFor(deps, bindingOf(authInfo)), { legacy: 'reject' })
+  const modern = createMcpHandler(({ authInfo }) => serverFor(deps, bindingOf(authInfo), { events: true }), { legacy: 'reject' })
   const legacy = async (binding: RequestBinding, request: Request, parsedBody: unknown) => {
-    const server = serverFor(deps, binding)
+    const server = serverFor(deps, binding, { events: false })
     const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
     await server.connect(transport)
     try {
@@ -56,8 +59,23 @@ function bindingOf(authInfo: AuthInfo | undefined): RequestBinding {
   return binding
 }
 
-function serverFor(deps: ToolDeps & { publicUrl: string }, { caller, requestId }: RequestBinding): Server {
-  const server = new Server(SERVER_INFO, { capabilities: { tools: {} }, instructions: INSTRUCTIONS })
+/** Custom methods' params reach their handler as sent: src/mcp/events.ts checks them against its TypeBox schemas. */
+const UNCHECKED = { params: { '~standard': { version: 1, vendor: 'messaging-service', validate: (value: unknown) => ({ value }) } } as StandardSchemaV1<unknown, unknown> }
+
+/**
+ * One request's server. The Events extension (docs/mcp.md#events) is served to 2026-07-28 requests
+ * only, the revision it is defined for; it is advertised both as the extension the specification
+ * names (`extensions["io.modelcontextprotocol/events"]`) and as the `events` capability the AI SDK's
+ * client looks for.
+ */
+function serverFor(deps: ToolDeps & { publicUrl: string }, { caller, requestId }: RequestBinding, options: { events: boolean }): Server {
+  const capabilities = options.events ? { tools: {}, events: {}, extensions: { [EVENTS_EXTENSION]: {} } } : { tools: {} }
+  const server = new Server(SERVER_INFO, { capabilities, instructions: INSTRUCTIONS })
+  if (options.events) {
+    server.setRequestHandler('events/list', UNCHECKED, () => listEvents())
+    server.setRequestHandler('events/subscribe', UNCHECKED, (params) => subscribe(deps, caller, params))
+    server.setRequestHandler('events/unsubscribe', UNCHECKED, (params) => unsubscribe(deps, caller, params))
+  }
   server.setRequestHandler('tools/list', () => ({ tools: TOOL_LIST }))
   server.setRequestHandler('tools/call', async ({ params }): Promise<CallToolResult> => {
     const outcome = await callTool(deps, caller, params.name, params.arguments)

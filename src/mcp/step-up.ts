@@ -1,20 +1,34 @@
 import type { Caller } from '../auth/authenticator.ts'
 import { inScopeOrder, insufficientScope } from '../auth/challenges.ts'
 import type { ApiError } from '../lib/errors.ts'
+import type { Scope } from '../auth/scopes.ts'
 import { TOOLS } from './tools.ts'
 
-type ToolDefinition = (typeof TOOLS)[number]
+/** What a message asks for that needs a scope: a tool, or an event subscription. */
+interface ScopedOperation {
+  name: string
+  scope: Scope
+}
 
 /**
- * The tools a POST body calls: each `tools/call` of a known tool, in a single message or a batch.
- * Anything else (other methods, unknown tools, malformed messages) is left to the SDK server,
- * which answers it as the protocol says.
+ * Subscribing to message events hands their content (the message bodies) to the agent: it needs
+ * `messages:read` (docs/mcp.md#events). Listing the event types and unsubscribing do not.
  */
-function toolsCalledIn(body: unknown): ToolDefinition[] {
+const EVENTS_SUBSCRIBE: ScopedOperation = { name: 'events/subscribe', scope: 'messages:read' }
+
+/**
+ * What a POST body calls that needs a scope: each `tools/call` of a known tool and each
+ * `events/subscribe`, in a single message or a batch. Anything else (other methods, unknown
+ * tools, malformed messages) is left to the SDK server, which answers it as the protocol says.
+ */
+function operationsIn(body: unknown): ScopedOperation[] {
   const messages = Array.isArray(body) ? body : [body]
-  const called: ToolDefinition[] = []
+  const called: ScopedOperation[] = []
   for (const message of messages) {
-    if (typeof message !== 'object' || message === null || (message as { method?: unknown }).method !== 'tools/call') continue
+    if (typeof message !== 'object' || message === null) continue
+    const method = (message as { method?: unknown }).method
+    if (method === EVENTS_SUBSCRIBE.name) called.push(EVENTS_SUBSCRIBE)
+    if (method !== 'tools/call') continue
     const name = (message as { params?: { name?: unknown } }).params?.name
     const tool = TOOLS.find((candidate) => candidate.name === name)
     if (tool) called.push(tool)
@@ -23,7 +37,7 @@ function toolsCalledIn(body: unknown): ToolDefinition[] {
 }
 
 /**
- * Step-up (docs/mcp.md#step-up, MCP 2025-11-25 "Scope Challenge Handling"): a POST that calls a tool whose
+ * Step-up (docs/mcp.md#step-up, MCP 2025-11-25 "Scope Challenge Handling"): a POST that calls a tool (or subscribes to events) whose
  * scope the token lacks is answered HTTP 403 before the SDK server sees it, so the client can
  * re-authorize and send it again. Returns that refusal, or null when the caller may go on.
  *
@@ -38,7 +52,7 @@ function toolsCalledIn(body: unknown): ToolDefinition[] {
  * after re-authorizing, so running part of it now would run that part twice.
  */
 export function stepUpRefusal(caller: Caller, body: unknown, resourceMetadataUrl: string): ApiError | null {
-  const called = toolsCalledIn(body)
+  const called = operationsIn(body)
   const refused = called.filter((tool) => !caller.scopes.includes(tool.scope))
   if (refused.length === 0) return null
   const missing = inScopeOrder(refused.map((tool) => tool.scope))

@@ -6,8 +6,9 @@ import { PageQuery, pageOf } from '../lib/pagination.ts'
 import { AccountParams } from '../accounts/schemas.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
 import { auditActor } from '../auth/authenticator.ts'
-import { disconnectApp, listConnectedApps } from './connected-apps.ts'
-import { ConnectedAppSchema, GrantParams } from './schemas.ts'
+import { disconnectApp, isActiveGrant, listConnectedApps } from './connected-apps.ts'
+import { ConnectedAppSchema, EventSubscriptionParams, GrantParams } from './schemas.ts'
+import { endEventSubscription, EventSubscriptionListSchema, listEventSubscriptions } from '../mcp/event-subscriptions.ts'
 
 export interface ConnectedAppRoutesDeps extends AuthPluginDeps {
   db: Database
@@ -38,5 +39,31 @@ export function connectedAppRoutes(deps: ConnectedAppRoutesDeps) {
       params: GrantParams,
       response: { 204: t.Void() },
       detail: { operationId: 'revokeGrant', summary: "Revoke an app's access: its tokens stop working here at once, on every instance within 5 s" },
+    })
+    .get('/account/:account_id/grants/:grant_id/event-subscriptions', async ({ caller, params }) => {
+      const accountId = ownAccount(caller, params.account_id)
+      if (!(await isActiveGrant(deps.db, accountId, params.grant_id))) throw notFound(`No active grant ${params.grant_id} on this account.`)
+      return { data: await listEventSubscriptions(deps.db, accountId, params.grant_id) }
+    }, {
+      auth: { scope: 'grants:read' },
+      params: GrantParams,
+      response: { 200: EventSubscriptionListSchema },
+      detail: { operationId: 'listEventSubscriptions', summary: "List an agent's MCP event subscriptions (docs/mcp.md#events), oldest first" },
+    })
+    .delete('/account/:account_id/grants/:grant_id/event-subscriptions/:subscription_id', async ({ caller, params, set }) => {
+      const accountId = ownAccount(caller, params.account_id)
+      if (!(await endEventSubscription(deps.db, accountId, params.grant_id, params.subscription_id))) {
+        throw notFound(`No event subscription ${params.subscription_id} of grant ${params.grant_id} on this account.`)
+      }
+      deps.logger.info('audit', { audit: true, action: 'event_subscription.ended', subscription_id: params.subscription_id, grant_id: params.grant_id, account_id: accountId, ...auditActor(caller) })
+      set.status = 204
+    }, {
+      auth: { scope: 'grants:write' },
+      params: EventSubscriptionParams,
+      response: { 204: t.Void() },
+      detail: {
+        operationId: 'endEventSubscription',
+        summary: "End one of an agent's MCP event subscriptions: nothing more is sent to it, and its callback is told (a signed terminated envelope)",
+      },
     })
 }

@@ -42,6 +42,16 @@ export async function listConnectedApps(db: Database, accountId: string, page: {
   )
 }
 
+/** Whether `grantId` is one of the account's grants that still work. */
+export async function isActiveGrant(db: Database, accountId: string, grantId: string): Promise<boolean> {
+  if (!isId('grt', grantId)) return false
+  const [grant] = await db
+    .select({ id: grants.id })
+    .from(grants)
+    .where(and(eq(grants.id, grantId), eq(grants.accountId, accountId), isNull(grants.revokedAt)))
+  return grant !== undefined
+}
+
 /**
  * Cuts an app off: revokes its grant (every access and refresh token issued from it) if it belongs
  * to the account and still works. False when there is no such grant, as for another account's.

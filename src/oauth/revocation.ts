@@ -1,10 +1,11 @@
 import { Elysia } from 'elysia'
 import { and, eq, isNull, sql } from 'drizzle-orm'
-import type { Database, DatabaseTransaction } from '../lib/db/client.ts'
+import type { DatabaseTransaction } from '../lib/db/client.ts'
 import { grants, refreshTokens } from '../lib/db/schema.ts'
 import { OAuthError } from '../lib/errors.ts'
 import { sha256Hex } from '../lib/crypto.ts'
 import { recordInvalidation } from '../lib/invalidation-feed.ts'
+import { endGrantEventSubscriptions } from '../mcp/event-subscriptions.ts'
 import { cors } from '../lib/cors.ts'
 import { requireClient } from './clients.ts'
 import { isMetadataDocumentClientId } from './client-metadata-document.ts'
@@ -12,14 +13,20 @@ import { OAuthErrorSchema, RevocationResult, RevokeRequestBody } from './schemas
 import type { AccessTokenClaims, TokenDeps } from './tokens.ts'
 import { oauthWireFormat } from './wire-format.ts'
 
-/** Revokes a grant and every token issued from it, on every instance (through the invalidation feed). */
-export async function revokeGrant(db: Database | DatabaseTransaction, grantId: string, reason: string): Promise<void> {
+/**
+ * Revokes a grant and every token issued from it, on every instance (through the invalidation
+ * feed), and ends its agent's MCP event subscriptions in the same transaction: the delivery claim
+ * reads the database, so no instance sends them anything more (docs/mcp.md#events).
+ */
+export async function revokeGrant(db: DatabaseTransaction, grantId: string, reason: string): Promise<void> {
   const revoked = await db
     .update(grants)
     .set({ revokedAt: sql`now()`, revokedReason: reason })
     .where(and(eq(grants.id, grantId), isNull(grants.revokedAt)))
     .returning({ id: grants.id })
-  if (revoked.length > 0) await recordInvalidation(db, 'grant', grantId)
+  if (revoked.length === 0) return
+  await endGrantEventSubscriptions(db, grantId)
+  await recordInvalidation(db, 'grant', grantId)
 }
 
 /**
@@ -37,13 +44,16 @@ export async function revokeToken(deps: TokenDeps, input: { token?: string; clie
     .innerJoin(grants, eq(grants.id, refreshTokens.grantId))
     .where(eq(refreshTokens.tokenHash, sha256Hex(input.token)))
   if (refresh) {
-    if (refresh.clientId === client.id) await revokeGrant(deps.db, refresh.grantId, 'revoked by the client')
+    if (refresh.clientId === client.id) await deps.db.transaction((tx) => revokeGrant(tx, refresh.grantId, 'revoked by the client'))
     return
   }
   for (const audience of [deps.baseUrl, `${deps.baseUrl}/mcp`]) {
     try {
       const claims = (await deps.signer.verify(input.token, { typ: 'at+jwt', audience })) as unknown as AccessTokenClaims
-      if (claims.client_id === client.id && typeof claims.grant_id === 'string') await revokeGrant(deps.db, claims.grant_id, 'revoked by the client')
+      if (claims.client_id === client.id && typeof claims.grant_id === 'string') {
+        const grantId = claims.grant_id
+        await deps.db.transaction((tx) => revokeGrant(tx, grantId, 'revoked by the client'))
+      }
       return
     } catch {
       // Not an access token for this audience (or not valid at all): nothing to revoke.

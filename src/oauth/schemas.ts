@@ -264,3 +264,4 @@ export const ConnectedAppSchema = t.Object(
 )
 
 export const GrantParams = t.Object({ ...AccountParams.properties, grant_id: t.String({ maxLength: 64 }) })
+export const EventSubscriptionParams = t.Object({ ...GrantParams.properties, subscription_id: t.String({ maxLength: 64 }) })

@@ -3,7 +3,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js'
 import { TOOLS } from '../../src/mcp/tools.ts'
-import { MCP_SCOPES } from '../../src/oauth/discovery.ts'
+import { MCP_SCOPES, MCP_TOOL_SCOPES } from '../../src/oauth/discovery.ts'
 import { startTestServer } from '../support/server.ts'
 import { flowFixture, type Fixture } from '../oauth/support.ts'
 import { TestOAuthProvider, connectWithToken, mcpUrlOf, problemOf, tokenFor, type ToolResult } from '../support/mcp.ts'
@@ -216,13 +216,14 @@ describe('the 403 challenge', () => {
 })
 
 describe('the 401 challenge', () => {
-  test('suggests the scopes of the MCP tools, which are the ones the MCP metadata lists', async () => {
-    expect([...new Set(TOOLS.map((tool) => tool.scope))].sort()).toEqual([...MCP_SCOPES].sort())
+  test("suggests the MCP tools' scopes; the MCP metadata lists those and messages:read, which event subscriptions step up to", async () => {
+    expect([...new Set(TOOLS.map((tool) => tool.scope))].sort()).toEqual([...MCP_TOOL_SCOPES].sort())
+    expect([...MCP_SCOPES]).toEqual([...MCP_TOOL_SCOPES, 'messages:read'])
     const anonymous = await rpc(undefined, { jsonrpc: '2.0', id: 1, method: 'ping' })
     expect(anonymous.status).toBe(401)
     expect(anonymous.headers.get('www-authenticate')).toBe(`Bearer resource_metadata="${metadataUrl}", scope="hooks:read hooks:write"`)
     const metadata = (await (await fetch(metadataUrl)).json()) as { scopes_supported: string[] }
-    expect(metadata.scopes_supported).toEqual(['hooks:read', 'hooks:write'])
+    expect(metadata.scopes_supported).toEqual(['hooks:read', 'hooks:write', 'messages:read'])
 
     const junk = await rpc('junk', { jsonrpc: '2.0', id: 1, method: 'ping' })
     expect(junk.status).toBe(401)

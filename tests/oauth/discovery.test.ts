@@ -90,13 +90,13 @@ describe('protected resource metadata (RFC 9728)', () => {
     }
   })
 
-  test('MCP: resource {base_url}/mcp and only the webhook scopes, at the {base_url} path and the alias', async () => {
+  test('MCP: resource {base_url}/mcp and only the webhook and message-event scopes, at the {base_url} path and the alias', async () => {
     expect(MCP_RESOURCE_METADATA_PATHS).toEqual(['/v0/.well-known/oauth-protected-resource/mcp', '/.well-known/oauth-protected-resource/v0/mcp'])
     for (const document of await Promise.all(MCP_RESOURCE_METADATA_PATHS.map(fetchDocument))) {
       expect(document).toEqual({
         resource: `${issuer}/mcp`,
         authorization_servers: [issuer],
-        scopes_supported: ['hooks:read', 'hooks:write'],
+        scopes_supported: ['hooks:read', 'hooks:write', 'messages:read'],
         bearer_methods_supported: ['header'],
         resource_name: 'Messaging Service MCP server',
         resource_documentation: `${issuer}/docs`,

@@ -57,7 +57,7 @@ describe('the OpenAPI document', () => {
         'listEventTypes', 'listEvents', 'listHooks', 'postMcp', 'recoverDeliveries', 'refreshToken', 'registerClient',
         'requestToken', 'retryDelivery', 'retryHookDelivery', 'revokeToken', 'rotateHookSecret', 'sendMessage', 'showConsentPage',
         'signIn', 'simulateInboundMessage', 'testHook', 'updateAccount', 'updateHook',
-        'listApiKeys', 'createApiKey', 'revokeApiKey', 'listGrants', 'revokeGrant',
+        'listApiKeys', 'createApiKey', 'revokeApiKey', 'listGrants', 'revokeGrant', 'listEventSubscriptions', 'endEventSubscription',
       ].sort(),
     )
   })

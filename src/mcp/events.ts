@@ -1,0 +1,261 @@
+import { and, count, eq, isNull, sql } from 'drizzle-orm'
+import { Type, type Static, type TSchema } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
+import { ProtocolError } from '@modelcontextprotocol/server'
+import type { Caller } from '../auth/authenticator.ts'
+import { sendWebhook } from '../delivery/send.ts'
+import { grants, hooks } from '../lib/db/schema.ts'
+import { isUniqueViolation } from '../lib/db/errors.ts'
+import { ApiError } from '../lib/errors.ts'
+import { constantTimeEqual } from '../lib/crypto.ts'
+import { derivedId, newId } from '../lib/ids.ts'
+import { EventSchema } from '../messages/schemas.ts'
+import { plainJsonSchema } from '../hooks/event-catalog.ts'
+import { EVENT_DESCRIPTIONS, EVENT_TYPES, FILTER_KEYS, type EventType } from '../hooks/event-types.ts'
+import { ContactList } from '../hooks/schemas.ts'
+import { checkSigningSecret, checkTargetUrl } from '../hooks/service.ts'
+import { controlMessageId, EVENT_ERRORS, SUBSCRIPTION_ID_HEADER, verificationBody } from './event-wire.ts'
+import type { ToolDeps } from './tools.ts'
+
+/** docs/mcp.md#events: how many webhook subscriptions one grant (one agent, for one user) may hold. */
+export const SUBSCRIPTIONS_PER_GRANT = 25
+
+/** docs/mcp.md#events: the lifetime granted when the client suggests none, the shortest and the longest. */
+export const SUBSCRIPTION_TTL_MS = { default: 24 * 3_600_000, min: 60_000, max: 7 * 24 * 3_600_000 } as const
+
+/** A rotated secret keeps signing deliveries beside the new one this long, as for REST subscriptions. */
+const PREVIOUS_SECRET_GRACE_MS = 24 * 3_600_000
+
+/** An event type's subscription arguments: its filter (docs/api.md#filters), optional. */
+export const eventArgumentsSchema = (type: EventType) =>
+  Type.Object(
+    { [FILTER_KEYS[type]]: Type.Optional(ContactList) },
+    { additionalProperties: false, description: `Optional: deliver only ${type} events whose message's ${FILTER_KEYS[type]} is one of these numbers.` },
+  )
+
+const SubscriptionArguments = Type.Record(Type.String(), Type.Unknown())
+
+export const ListEventsParams = Type.Object({ cursor: Type.Optional(Type.String({ maxLength: 256 })) })
+
+export const SubscribeParams = Type.Object({
+  name: Type.String({ maxLength: 128 }),
+  arguments: Type.Optional(SubscriptionArguments),
+  delivery: Type.Object({ mode: Type.Literal('webhook'), url: Type.String({ maxLength: 2048 }), secret: Type.String({ maxLength: 256 }) }),
+  cursor: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()])),
+  maxAgeMs: Type.Optional(Type.Union([Type.Integer({ minimum: 0 }), Type.Null()])),
+  ttlMs: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()])),
+})
+
+export const UnsubscribeParams = Type.Object({
+  name: Type.String({ maxLength: 128 }),
+  arguments: Type.Optional(SubscriptionArguments),
+  delivery: Type.Object({ mode: Type.Optional(Type.Literal('webhook')), url: Type.String({ maxLength: 2048 }) }),
+})
+
+/** `events/list`: the three message events, webhook delivery, their filter as arguments and their `data` as payload. */
+export function listEvents() {
+  return {
+    events: EVENT_TYPES.map((type) => ({
+      name: type,
+      description: EVENT_DESCRIPTIONS[type],
+      delivery: ['webhook'],
+      inputSchema: plainJsonSchema(eventArgumentsSchema(type)),
+      payloadSchema: plainJsonSchema(EventSchema.properties.data),
+    })),
+  }
+}
+
+const eventError = (code: number, message: string, data?: unknown) => new ProtocolError(code, message, data)
+
+/** Params checked against their TypeBox schema: InvalidParams naming the first few problems otherwise. */
+function parse<S extends TSchema>(schema: S, value: unknown, at = ''): Static<S> {
+  if (Value.Check(schema, value)) return value as Static<S>
+  const errors = [...Value.Errors(schema, value)].slice(0, 5).map((error) => ({ path: `${at}${error.path}` || '/', message: error.message }))
+  throw eventError(EVENT_ERRORS.InvalidParams, `Invalid params: ${errors.map((error) => `${error.path} ${error.message}`).join('; ')}`, { errors })
+}
+
+/** An ApiError of the checks REST shares (URL, secret) as the extension's InvalidParams. */
+function asInvalidParams<T>(check: () => T, path: string): T {
+  try {
+    return check()
+  } catch (error) {
+    if (!(error instanceof ApiError)) throw error
+    const message = error.options.errors?.[0]?.message ?? error.detail
+    throw eventError(EVENT_ERRORS.InvalidParams, `Invalid params: ${path} ${message}`, { errors: [{ path, message }] })
+  }
+}
+
+/** The principal of an events/* request: the grant its token was issued from (docs/mcp.md#events). */
+function grantOf(caller: Caller): string {
+  if (caller.credential.kind !== 'access_token') throw eventError(EVENT_ERRORS.Forbidden, 'Forbidden: event subscriptions need an OAuth access token.')
+  return caller.credential.grantId
+}
+
+function eventTypeOf(name: string): EventType {
+  if (!(EVENT_TYPES as readonly string[]).includes(name)) {
+    throw eventError(EVENT_ERRORS.NotFound, `Unknown event: ${name.slice(0, 128)}. events/list names the events.`, { kind: 'event' })
+  }
+  return name as EventType
+}
+
+/** JSON with object keys sorted, so equal arguments are equal strings whatever order they came in. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`
+  if (typeof value === 'object' && value !== null) {
+    const record = value as Record<string, unknown>
+    return `{${Object.keys(record).sort().map((key) => `${JSON.stringify(key)}:${canonicalJson(record[key])}`).join(',')}}`
+  }
+  return JSON.stringify(value)
+}
+
+/** The subscription key's derived id (the extension's "Subscription identity"): stable for (principal, url, name, arguments). */
+const subscriptionIdOf = (grantId: string, url: string, name: string, args: Record<string, unknown>) => derivedId('evs', canonicalJson([grantId, url, name, args]))
+
+/** The granted lifetime: the client's suggestion within bounds; `null` (no expiry) is granted the longest finite one. */
+export function grantedTtlMs(suggested: number | null | undefined): number {
+  if (suggested === undefined) return SUBSCRIPTION_TTL_MS.default
+  if (suggested === null) return SUBSCRIPTION_TTL_MS.max
+  return Math.min(SUBSCRIPTION_TTL_MS.max, Math.max(SUBSCRIPTION_TTL_MS.min, suggested))
+}
+
+export interface SubscribeResult {
+  id: string
+  refreshBefore: string
+  cursor: null
+  truncated: false
+  [key: string]: unknown
+}
+
+/**
+ * `events/subscribe` (webhook mode). The subscription is a row of `hooks` bound to the caller's
+ * grant, so it is delivered by the same outbox, claim, retries, circuit breaker and fairness as a
+ * REST subscription. Subscribing again with the same key refreshes it: a new lifetime, the secret
+ * replaced (the old one still signs for 24 h), a subscription disabled after days of failures
+ * active again. A new callback URL for this grant is verified first (the extension's challenge),
+ * and nothing is created unless the receiver echoes the challenge.
+ */
+export async function subscribe(deps: ToolDeps, caller: Caller, rawParams: unknown, now = Date.now()): Promise<SubscribeResult> {
+  const params = parse(SubscribeParams, rawParams)
+  const grantId = grantOf(caller)
+  const type = eventTypeOf(params.name)
+  const args = parse(eventArgumentsSchema(type), params.arguments ?? {}, '/arguments')
+  const url = asInvalidParams(() => checkTargetUrl(params.delivery.url, deps), '/delivery/url')
+  const secret = asInvalidParams(() => checkSigningSecret(params.delivery.secret), '/delivery/secret')
+  const id = subscriptionIdOf(grantId, url, type, args)
+  const expiresAt = new Date(now + grantedTtlMs(params.ttlMs))
+  const result: SubscribeResult = { id, refreshBefore: expiresAt.toISOString(), cursor: null, truncated: false }
+  const secretCiphertext = await deps.secretBox.seal(secret)
+
+  if (await refresh(deps, { id, grantId, secret, secretCiphertext, expiresAt })) return result
+  const [known] = await deps.db
+    .select({ n: count() })
+    .from(hooks)
+    .where(and(eq(hooks.grantId, grantId), eq(hooks.targetUrl, url)))
+  if (known!.n === 0) await verifyCallback(deps, { id, url, secret })
+  const contacts = args[FILTER_KEYS[type]] as string[] | undefined
+  try {
+    await deps.db.transaction(async (tx) => {
+      // Subscribes of one grant queue on its row, so each counts what the one before committed; a revocation
+      // (src/oauth/revocation.ts) takes the same row, so a subscription is never made for a grant being revoked.
+      const [grant] = await tx.select({ id: grants.id }).from(grants).where(and(eq(grants.id, grantId), isNull(grants.revokedAt))).for('no key update')
+      if (!grant) throw eventError(EVENT_ERRORS.Forbidden, 'Forbidden: access revoked.')
+      const [held] = await tx.select({ n: count() }).from(hooks).where(eq(hooks.grantId, grantId))
+      if (held!.n >= SUBSCRIPTIONS_PER_GRANT) {
+        throw eventError(
+          EVENT_ERRORS.ResourceExhausted,
+          `This agent already holds ${SUBSCRIPTIONS_PER_GRANT} event subscriptions, the most one grant may hold: unsubscribe from one first.`,
+          { limit: 'subscriptions', max: SUBSCRIPTIONS_PER_GRANT },
+        )
+      }
+      await tx.insert(hooks).values({
+        id,
+        accountId: caller.accountId,
+        event: type,
+        targetUrl: url,
+        secretCiphertext,
+        filterContacts: contacts ?? null,
+        grantId,
+        eventArguments: canonicalJson(args),
+        expiresAt,
+      })
+    })
+  } catch (error) {
+    // The same key subscribed at the same moment by another request: this one is then a refresh.
+    if (!isUniqueViolation(error) || !(await refresh(deps, { id, grantId, secret, secretCiphertext, expiresAt }))) throw error
+  }
+  return result
+}
+
+/** Refreshes the grant's subscription `id` if it exists (and is not being ended); false when there is none. */
+async function refresh(
+  deps: ToolDeps,
+  input: { id: string; grantId: string; secret: string; secretCiphertext: string; expiresAt: Date },
+): Promise<boolean> {
+  const [existing] = await deps.db
+    .select({ secretCiphertext: hooks.secretCiphertext, status: hooks.status })
+    .from(hooks)
+    .where(and(eq(hooks.id, input.id), eq(hooks.grantId, input.grantId)))
+  if (!existing || existing.status === 'terminated') return false
+  const rotated = (await deps.secretBox.open(existing.secretCiphertext)) !== input.secret
+  const updated = await deps.db
+    .update(hooks)
+    .set({
+      expiresAt: input.expiresAt,
+      ...(rotated
+        ? { secretCiphertext: input.secretCiphertext, previousSecretCiphertext: existing.secretCiphertext, previousSecretExpiresAt: new Date(Date.now() + PREVIOUS_SECRET_GRACE_MS) }
+        : {}),
+      // A refresh is the client's sign of life: a subscription the service disabled is active again (the extension's "active").
+      status: sql`case when ${hooks.status} = 'disabled' then 'active' else ${hooks.status} end`,
+      disabledReason: sql`case when ${hooks.status} = 'disabled' then null else ${hooks.disabledReason} end`,
+      failingSince: sql`case when ${hooks.status} = 'disabled' then null else ${hooks.failingSince} end`,
+    })
+    .where(and(eq(hooks.id, input.id), eq(hooks.grantId, input.grantId), sql`${hooks.status} <> 'terminated'`))
+    .returning({ id: hooks.id })
+  return updated.length > 0
+}
+
+/** The extension's `lastError` categories, from an attempt's result (never the receiver's own words). */
+function failureCategory(status: number | null, error: string | null): string {
+  if (status !== null) return status >= 500 ? 'http_5xx' : status >= 200 && status < 300 ? 'challenge_failed' : 'http_4xx'
+  if (error && /timed out/i.test(error)) return 'timeout'
+  if (error && /tls|certificate|ssl/i.test(error)) return 'tls_error'
+  return 'connection_refused'
+}
+
+/**
+ * The extension's endpoint verification: a signed `verification` envelope with a single-use
+ * challenge, POSTed through the outbound guard like any delivery; the receiver proves it wants
+ * these deliveries by echoing the challenge in a 2xx body. Anything else is CallbackEndpointError.
+ */
+async function verifyCallback(deps: ToolDeps, input: { id: string; url: string; secret: string }): Promise<void> {
+  const challenge = newId('req').slice(4) + crypto.randomUUID().replaceAll('-', '')
+  const result = await sendWebhook(
+    { url: input.url, id: controlMessageId('verification'), body: verificationBody(challenge), secrets: [input.secret], headers: { [SUBSCRIPTION_ID_HEADER]: input.id } },
+    deps.send,
+  )
+  let echoed: unknown
+  try {
+    echoed = (JSON.parse(result.responseSnippet) as { challenge?: unknown }).challenge
+  } catch {
+    echoed = undefined
+  }
+  if (result.ok && typeof echoed === 'string' && constantTimeEqual(echoed, challenge)) return
+  const reason = failureCategory(result.status, result.error)
+  deps.logger.info('event callback verification failed', { subscription_id: input.id, reason, status_code: result.status, error: result.error })
+  throw eventError(EVENT_ERRORS.CallbackEndpointError, `The callback did not verify (${reason}): it must answer the verification POST with 2xx and {"challenge": "<the challenge>"}.`, { reason })
+}
+
+/** `events/unsubscribe`: ends the caller's subscription with this key at once (its pending deliveries with it). */
+export async function unsubscribe(deps: ToolDeps, caller: Caller, rawParams: unknown): Promise<Record<string, never>> {
+  const params = parse(UnsubscribeParams, rawParams)
+  const grantId = grantOf(caller)
+  const type = eventTypeOf(params.name)
+  const url = asInvalidParams(() => checkTargetUrl(params.delivery.url, deps), '/delivery/url')
+  const id = subscriptionIdOf(grantId, url, type, params.arguments ?? {})
+  const deleted = await deps.db
+    .delete(hooks)
+    .where(and(eq(hooks.id, id), eq(hooks.grantId, grantId)))
+    .returning({ id: hooks.id })
+  if (deleted.length === 0) throw eventError(EVENT_ERRORS.NotFound, 'No subscription matches this name, arguments and callback URL.', { kind: 'subscription' })
+  return {}
+}

@@ -1,0 +1,358 @@
+import { afterAll, describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Webhook } from 'standardwebhooks'
+import {
+  createMCPClient,
+  experimental_createMCPEventWebhook as createMCPEventWebhook,
+  type Experimental_MCPEvent as MCPEvent,
+  type Experimental_MCPEventStore as MCPEventStore,
+  type Experimental_MCPEventSubscription as MCPEventSubscription,
+} from '@ai-sdk/mcp'
+import { makeCertificates } from '../../fixtures/tls.ts'
+import { startTestServer } from '../support/server.ts'
+import { flowFixture, type Fixture } from '../oauth/support.ts'
+import { connectWithToken, modernRequest, tokenFor } from '../support/mcp.ts'
+import { SUBSCRIPTIONS_PER_GRANT, grantedTtlMs, SUBSCRIPTION_TTL_MS } from '../../src/mcp/events.ts'
+
+/** The agent's side: an HTTPS server for its webhook callbacks, each path answered by the handler set for it. */
+function startCallbackServer() {
+  const dir = mkdtempSync(join(tmpdir(), 'agent-tls-'))
+  const tls = makeCertificates(dir)
+  const handlers = new Map<string, (request: Request) => Promise<Response> | Response>()
+  const seen: { path: string; headers: Record<string, string>; body: string }[] = []
+  const server = Bun.serve({
+    port: 0,
+    hostname: '127.0.0.1',
+    tls: { key: tls.key, cert: tls.cert },
+    async fetch(request) {
+      const path = new URL(request.url).pathname
+      seen.push({ path, headers: Object.fromEntries(request.headers), body: await request.clone().text() })
+      const handler = handlers.get(path)
+      return handler ? handler(request) : new Response(null, { status: 404 })
+    },
+  })
+  afterAll(() => {
+    server.stop(true)
+    rmSync(dir, { recursive: true, force: true })
+  })
+  return { origin: `https://localhost:${server.port}`, caFile: join(dir, 'ca.pem'), handlers, seen }
+}
+
+/** The AI SDK's store of subscriptions, kept in memory as its documentation's example does. */
+function memoryStore(): MCPEventStore & { all: Map<string, MCPEventSubscription> } {
+  const all = new Map<string, MCPEventSubscription>()
+  return {
+    all,
+    async get(key) {
+      return all.get(key)
+    },
+    async getById(id) {
+      return [...all.values()].find((subscription) => subscription.id === id)
+    },
+    async set(subscription) {
+      all.set(subscription.key, structuredClone(subscription))
+    },
+    async update(key, patch) {
+      const current = all.get(key)
+      if (current) all.set(key, { ...current, ...patch })
+    },
+    async delete(key) {
+      all.delete(key)
+    },
+  }
+}
+
+const callbacks = startCallbackServer()
+const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_CA_FILE: callbacks.caFile, WEBHOOK_RETRY_SCHEDULE: '0,200ms,500ms' } })
+const mcpUrl = `${server.config.baseUrl}/mcp`
+
+const eventsToken = (fixture: Fixture, scope = 'hooks:read messages:read') => tokenFor(server, fixture, { scope, resource: mcpUrl })
+
+async function rpc(token: string, method: string, params: Record<string, unknown> = {}) {
+  const response = await modernRequest(mcpUrl, token, method, params)
+  return { status: response.status, headers: response.headers, body: (await response.json()) as { result?: any; error?: { code: number; message: string; data?: any } } }
+}
+
+const secret = () => `whsec_${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64')}`
+
+/** A callback path that answers the verification challenge as a receiver should, and takes every event. */
+function echoingCallback(path: string) {
+  const bodies: any[] = []
+  callbacks.handlers.set(path, async (request) => {
+    const body = (await request.json()) as { type?: string; challenge?: string }
+    bodies.push(body)
+    return body.type === 'verification' ? Response.json({ challenge: body.challenge }) : new Response(null, { status: 204 })
+  })
+  return { url: `${callbacks.origin}${path}`, bodies }
+}
+
+const inbound = (fixture: Fixture, from: string, body: string) =>
+  server.fetch(`/v0/account/${fixture.accountId}/sandbox/inbound?key=${fixture.apiKey}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ from, body }) })
+
+async function waitFor(predicate: () => boolean, timeoutMs = 10_000) {
+  const until = Date.now() + timeoutMs
+  while (!predicate()) {
+    if (Date.now() > until) throw new Error(`not within ${timeoutMs} ms`)
+    await Bun.sleep(20)
+  }
+}
+
+describe('the AI SDK client (@ai-sdk/mcp), at its default protocol', () => {
+  test('lists tools and events, subscribes by webhook with its own handler, receives a contact’s reply, unsubscribes', async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    const store = memoryStore()
+    const received: MCPEvent[] = []
+    callbacks.handlers.set('/agent', createMCPEventWebhook({ store, onEvent: async ({ event }) => void received.push(event) }))
+
+    const client = await createMCPClient({ transport: { type: 'http', url: mcpUrl, headers: { authorization: `Bearer ${token}` } }, experimental_events: { store } })
+    // server/discover answered: no initialize was sent (that path would negotiate 2025-11-25).
+    expect(client.initializeResult.protocolVersion).toBe('2026-07-28')
+    expect(Object.keys(await client.tools())).toContain('list_webhooks')
+
+    const { events } = await client.experimental_events.list()
+    expect(events.map((event) => event.name)).toEqual(['message.delivered', 'message.failed', 'message.inbound'])
+    const inboundType = events.find((event) => event.name === 'message.inbound')!
+    expect(inboundType.delivery).toEqual(['webhook'])
+    expect(inboundType.inputSchema).toMatchObject({ type: 'object', properties: { from: { type: 'array' } }, additionalProperties: false })
+    expect(inboundType.payloadSchema).toMatchObject({ type: 'object', properties: { message: { type: 'object' } } })
+
+    const subscribed = await client.experimental_events.subscribe({ name: 'message.inbound', arguments: { from: ['+15550001111'] }, delivery: { mode: 'webhook', url: `${callbacks.origin}/agent` } })
+    expect(subscribed.id).toMatch(/^evs_/)
+    expect(subscribed.truncated).toBe(false)
+    const granted = Date.parse(subscribed.refreshBefore!) - Date.now()
+    expect(granted).toBeGreaterThan(SUBSCRIPTION_TTL_MS.default - 60_000)
+    expect(granted).toBeLessThanOrEqual(SUBSCRIPTION_TTL_MS.default)
+
+    expect((await inbound(fixture, '+15550002222', 'not for this agent')).status).toBe(201)
+    expect((await inbound(fixture, '+15550001111', 'Yes, Tuesday works')).status).toBe(201)
+    await waitFor(() => received.length === 1)
+    const [event] = received
+    expect(event).toMatchObject({ name: 'message.inbound', data: { message: { from: '+15550001111', body: 'Yes, Tuesday works', direction: 'inbound' } } })
+    // The event id is the REST event's: the reconciliation log has it.
+    const log = (await (await server.fetch(`/v0/account/${fixture.accountId}/events?key=${fixture.apiKey}`)).json()) as { data: { id: string }[] }
+    expect(log.data.map((entry) => entry.id)).toContain(event!.eventId)
+    const delivery = callbacks.seen.find((request) => request.path === '/agent' && request.headers['webhook-id'] === event!.eventId)!
+    expect(delivery.headers['x-mcp-subscription-id']).toBe(subscribed.id)
+
+    // The subscription is the agent's, not one of the account's webhooks.
+    const hooks = (await (await server.fetch(`/v0/account/${fixture.accountId}/hooks?key=${fixture.apiKey}`)).json()) as { data: unknown[] }
+    expect(hooks.data).toEqual([])
+
+    await client.experimental_events.unsubscribe({ id: subscribed.id })
+    expect(store.all.size).toBe(0)
+    expect((await inbound(fixture, '+15550001111', 'after unsubscribing')).status).toBe(201)
+    await Bun.sleep(500)
+    expect(received).toHaveLength(1)
+    await client.close()
+  })
+})
+
+describe('events over raw 2026-07-28 JSON-RPC', () => {
+  test('server/discover advertises the extension and the events capability; poll and push are method-not-found; a 2025 initialize sees no events', async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    const discovered = await rpc(token, 'server/discover')
+    expect(discovered.body.result.capabilities).toMatchObject({ tools: {}, events: {}, extensions: { 'io.modelcontextprotocol/events': {} } })
+    // Webhook delivery only: poll and push are not served (docs/mcp.md#what-events-do-not-do-yet).
+    for (const method of ['events/poll', 'events/stream']) expect((await rpc(token, method, { name: 'message.inbound', arguments: {}, cursor: null })).body.error?.code).toBe(-32601)
+    const legacy = await connectWithToken(server, token)
+    expect(legacy.getServerCapabilities()).toEqual({ tools: {} })
+    await legacy.close()
+  })
+
+  test('subscribing needs messages:read: a token without it gets the step-up challenge, and nothing is made', async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture, 'hooks:read hooks:write')
+    const callback = echoingCallback('/no-scope')
+    const refused = await rpc(token, 'events/subscribe', { name: 'message.inbound', arguments: {}, delivery: { mode: 'webhook', url: callback.url, secret: secret() } })
+    expect(refused.status).toBe(403)
+    const challenge = refused.headers.get('www-authenticate')!
+    expect(challenge).toContain('error="insufficient_scope"')
+    expect(challenge).toContain('scope="hooks:read hooks:write messages:read"')
+    expect(callback.bodies).toEqual([])
+    // Listing the event types needs no scope of its own.
+    expect((await rpc(token, 'events/list')).body.result.events).toHaveLength(3)
+  })
+
+  test('bad params are InvalidParams, an unknown event NotFound, and nothing is verified or made for them', async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    const callback = echoingCallback('/bad-params')
+    const base = { name: 'message.inbound', arguments: {}, delivery: { mode: 'webhook', url: callback.url, secret: secret() } }
+    const cases: [Record<string, unknown>, number, string][] = [
+      [{ ...base, delivery: { ...base.delivery, secret: 'whsec_short' } }, -32602, '/delivery/secret'],
+      [{ ...base, delivery: { ...base.delivery, secret: 'not-a-secret' } }, -32602, '/delivery/secret'],
+      [{ ...base, delivery: { ...base.delivery, url: 'http://hooks.example.com/agent' } }, -32602, '/delivery/url'],
+      [{ ...base, delivery: { ...base.delivery, url: 'https://user:pw@hooks.example.com/agent' } }, -32602, '/delivery/url'],
+      [{ ...base, delivery: { ...base.delivery, mode: 'push' } }, -32602, '/delivery/mode'],
+      [{ ...base, arguments: { to: ['+15550001111'] } }, -32602, '/arguments'],
+      [{ ...base, arguments: { from: 'everyone' } }, -32602, '/arguments/from'],
+      [{ ...base, ttlMs: 'forever' }, -32602, '/ttlMs'],
+      [{ ...base, name: 'message.read' }, -32023, 'Unknown event'],
+      [{ ...base, delivery: { ...base.delivery, url: 'x'.repeat(3000) } }, -32602, '/delivery/url'],
+    ]
+    for (const [params, code, mentions] of cases) {
+      const answer = await rpc(token, 'events/subscribe', params)
+      expect(answer.status).toBe(200)
+      expect(answer.body.error?.code).toBe(code)
+      expect(JSON.stringify(answer.body.error)).toContain(mentions)
+    }
+    expect(callback.bodies).toEqual([])
+  })
+
+  test('a callback that does not echo the challenge is CallbackEndpointError, and no subscription is made', async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    const cases: [string, () => Response, string][] = [
+      ['/wrong-echo', () => Response.json({ challenge: 'something else' }), 'challenge_failed'],
+      ['/no-body', () => new Response(null, { status: 204 }), 'challenge_failed'],
+      ['/refuses', () => new Response('no', { status: 403 }), 'http_4xx'],
+      ['/broken', () => new Response('oops', { status: 502 }), 'http_5xx'],
+    ]
+    for (const [path, answer, reason] of cases) {
+      callbacks.handlers.set(path, answer)
+      const refused = await rpc(token, 'events/subscribe', { name: 'message.failed', delivery: { mode: 'webhook', url: `${callbacks.origin}${path}`, secret: secret() } })
+      expect(refused.body.error).toMatchObject({ code: -32027, data: { reason } })
+    }
+    const unreachable = await rpc(token, 'events/subscribe', { name: 'message.failed', delivery: { mode: 'webhook', url: 'https://127.0.0.1:9/closed', secret: secret() } })
+    expect(unreachable.body.error).toMatchObject({ code: -32027, data: { reason: 'connection_refused' } })
+    const grants = (await (await server.fetch(`/v0/account/${fixture.accountId}/grants?key=${fixture.apiKey}`)).json()) as { data: { id: string }[] }
+    const listed = await server.fetch(`/v0/account/${fixture.accountId}/grants/${grants.data[0]!.id}/event-subscriptions?key=${fixture.apiKey}`)
+    expect(((await listed.json()) as { data: unknown[] }).data).toEqual([])
+  })
+
+  test('the verification POST is signed with the client’s secret and names the subscription; subscribing again refreshes without a second challenge', async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    const callback = echoingCallback('/refresh')
+    const key = secret()
+    const params = { name: 'message.delivered', arguments: { to: ['+15550003333'] }, delivery: { mode: 'webhook', url: callback.url, secret: key }, ttlMs: 120_000 }
+    const first = await rpc(token, 'events/subscribe', params)
+    const id = first.body.result.id as string
+    expect(id).toMatch(/^evs_/)
+    expect(first.body.result).toMatchObject({ cursor: null, truncated: false, resultType: 'complete' })
+    expect(Date.parse(first.body.result.refreshBefore) - Date.now()).toBeLessThanOrEqual(120_000)
+    const verification = callbacks.seen.find((request) => request.path === '/refresh')!
+    expect(verification.headers['webhook-id']).toMatch(/^msg_verification_/)
+    expect(verification.headers['x-mcp-subscription-id']).toBe(id)
+    expect(() => new Webhook(key).verify(verification.body, verification.headers)).not.toThrow()
+
+    // The same key: the same subscription, refreshed (a longer lifetime), not verified again.
+    const again = await rpc(token, 'events/subscribe', { ...params, ttlMs: 600_000 })
+    expect(again.body.result.id).toBe(id)
+    expect(Date.parse(again.body.result.refreshBefore)).toBeGreaterThan(Date.parse(first.body.result.refreshBefore))
+    // Other arguments: another subscription, to an already verified URL.
+    const other = await rpc(token, 'events/subscribe', { ...params, arguments: {} })
+    expect(other.body.result.id).not.toBe(id)
+    expect(callback.bodies.filter((body) => body.type === 'verification')).toHaveLength(1)
+
+    const gone = await rpc(token, 'events/unsubscribe', { name: 'message.delivered', arguments: { to: ['+15550003333'] }, delivery: { url: callback.url } })
+    expect(gone.body.result).toMatchObject({ resultType: 'complete' })
+    const missing = await rpc(token, 'events/unsubscribe', { name: 'message.delivered', arguments: { to: ['+15550003333'] }, delivery: { url: callback.url } })
+    expect(missing.body.error).toMatchObject({ code: -32023, data: { kind: 'subscription' } })
+  })
+
+  test(`a grant holds at most ${SUBSCRIPTIONS_PER_GRANT} subscriptions: the next is ResourceExhausted`, async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    const callback = echoingCallback('/many')
+    for (let i = 0; i < SUBSCRIPTIONS_PER_GRANT; i++) {
+      const made = await rpc(token, 'events/subscribe', { name: 'message.inbound', arguments: { from: [`+1555000${String(i).padStart(4, '0')}`] }, delivery: { mode: 'webhook', url: callback.url, secret: secret() } })
+      expect(made.body.result?.id).toMatch(/^evs_/)
+    }
+    const refused = await rpc(token, 'events/subscribe', { name: 'message.inbound', arguments: {}, delivery: { mode: 'webhook', url: callback.url, secret: secret() } })
+    expect(refused.body.error).toMatchObject({ code: -32025, data: { limit: 'subscriptions', max: SUBSCRIPTIONS_PER_GRANT } })
+  })
+
+  test('grantedTtlMs: the suggestion within bounds; none is the default; null (no expiry) is the longest finite grant', () => {
+    expect(grantedTtlMs(undefined)).toBe(SUBSCRIPTION_TTL_MS.default)
+    expect(grantedTtlMs(null)).toBe(SUBSCRIPTION_TTL_MS.max)
+    expect(grantedTtlMs(1)).toBe(SUBSCRIPTION_TTL_MS.min)
+    expect(grantedTtlMs(3_600_000)).toBe(3_600_000)
+    expect(grantedTtlMs(Number.MAX_SAFE_INTEGER)).toBe(SUBSCRIPTION_TTL_MS.max)
+  })
+})
+
+describe('the owner and the end of a subscription', () => {
+  async function subscribed(path: string, name = 'message.inbound') {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    const callback = echoingCallback(path)
+    const key = secret()
+    const made = await rpc(token, 'events/subscribe', { name, arguments: {}, delivery: { mode: 'webhook', url: callback.url, secret: key } })
+    const grants = (await (await server.fetch(`/v0/account/${fixture.accountId}/grants?key=${fixture.apiKey}`)).json()) as { data: { id: string }[] }
+    return { fixture, token, callback, key, id: made.body.result.id as string, grantId: grants.data[0]!.id }
+  }
+  const terminations = (callback: { bodies: any[] }) => callback.bodies.filter((body) => body.type === 'terminated')
+
+  test('the owner lists an agent’s subscriptions with its grant and ends one: its callback is told, signed, and gets nothing more', async () => {
+    const { fixture, callback, key, id, grantId } = await subscribed('/owner-ends')
+    const listUrl = `/v0/account/${fixture.accountId}/grants/${grantId}/event-subscriptions?key=${fixture.apiKey}`
+    const listed = (await (await server.fetch(listUrl)).json()) as { data: any[] }
+    expect(listed.data).toEqual([
+      { id, grant_id: grantId, event: 'message.inbound', arguments: {}, callback_url: callback.url, status: 'active', circuit: 'closed', expires_at: expect.any(String), created_at: expect.any(String) },
+    ])
+    // Another account cannot see or end it.
+    const stranger = await server.createAccountWithKey('Stranger')
+    expect((await server.fetch(`/v0/account/${stranger.accountId}/grants/${grantId}/event-subscriptions?key=${stranger.secret}`)).status).toBe(404)
+    expect((await server.fetch(`/v0/account/${stranger.accountId}/grants/${grantId}/event-subscriptions/${id}?key=${stranger.secret}`, { method: 'DELETE' })).status).toBe(404)
+
+    expect((await server.fetch(`/v0/account/${fixture.accountId}/grants/${grantId}/event-subscriptions/${id}?key=${fixture.apiKey}`, { method: 'DELETE' })).status).toBe(204)
+    expect(((await (await server.fetch(listUrl)).json()) as { data: unknown[] }).data).toEqual([])
+    await waitFor(() => terminations(callback).length === 1)
+    expect(terminations(callback)[0]).toEqual({ type: 'terminated', error: { code: -32024, message: 'Forbidden', data: { reason: 'Ended by the account owner' } } })
+    const envelope = callbacks.seen.find((request) => request.path === '/owner-ends' && request.headers['webhook-id']?.startsWith('msg_terminated_'))!
+    expect(envelope.headers['x-mcp-subscription-id']).toBe(id)
+    expect(() => new Webhook(key).verify(envelope.body, envelope.headers)).not.toThrow()
+
+    expect((await inbound(fixture, '+15550004444', 'after the end')).status).toBe(201)
+    await Bun.sleep(500)
+    expect(callback.bodies.filter((body) => body.eventId)).toEqual([])
+    expect((await server.fetch(`/v0/account/${fixture.accountId}/grants/${grantId}/event-subscriptions/${id}?key=${fixture.apiKey}`, { method: 'DELETE' })).status).toBe(404)
+  })
+
+  test('revoking the grant ends its subscriptions: a terminated envelope, nothing delivered after, the token refused', async () => {
+    const { fixture, token, callback, grantId } = await subscribed('/revoked')
+    expect((await inbound(fixture, '+15550005555', 'before the revocation')).status).toBe(201)
+    await waitFor(() => callback.bodies.some((body) => body.eventId))
+    expect((await server.fetch(`/v0/account/${fixture.accountId}/grants/${grantId}?key=${fixture.apiKey}`, { method: 'DELETE' })).status).toBe(204)
+    expect((await inbound(fixture, '+15550005555', 'after the revocation')).status).toBe(201)
+    await waitFor(() => terminations(callback).length === 1)
+    expect(terminations(callback)[0].error.data).toEqual({ reason: 'Access revoked' })
+    await Bun.sleep(300)
+    expect(callback.bodies.filter((body) => body.eventId).map((body) => body.data.message.body)).toEqual(['before the revocation'])
+    expect((await rpc(token, 'events/list')).status).toBe(401)
+  })
+
+  test('an expired subscription is sent nothing and is deleted', async () => {
+    const { fixture, callback, id } = await subscribed('/expired')
+    await server.database.handle.db.execute(`update hooks set expires_at = now() - interval '1 second' where id = '${id}'`)
+    expect((await inbound(fixture, '+15550006666', 'too late')).status).toBe(201)
+    await Bun.sleep(2_500)
+    expect(callback.bodies.filter((body) => body.eventId || body.type === 'terminated')).toEqual([])
+    const left = await server.database.handle.db.execute(`select count(*)::int as n from hooks where id = '${id}'`)
+    expect(JSON.stringify(left)).toContain('"n":0')
+  })
+
+  test('a receiver’s 410 refuses that one event: it is not retried and the subscription goes on', async () => {
+    const { fixture, callback, id } = await subscribed('/gone-once')
+    let answered = 0
+    callbacks.handlers.set('/gone-once', async (request) => {
+      const body = (await request.json()) as { type?: string; data?: { message: { body: string } } }
+      callback.bodies.push(body)
+      answered++
+      return new Response(null, { status: body.data?.message.body === 'refuse me' ? 410 : 204 })
+    })
+    expect((await inbound(fixture, '+15550007777', 'refuse me')).status).toBe(201)
+    expect((await inbound(fixture, '+15550007777', 'take me')).status).toBe(201)
+    await waitFor(() => callback.bodies.some((body) => body.data?.message.body === 'take me'))
+    await Bun.sleep(1_000)
+    expect(callback.bodies.filter((body) => body.data?.message.body === 'refuse me')).toHaveLength(1)
+    expect(answered).toBe(2)
+    const rows = await server.database.handle.db.execute(`select status from hooks where id = '${id}'`)
+    expect(JSON.stringify(rows)).toContain('active')
+  })
+})
