@@ -6,10 +6,35 @@ import { startTestServer } from '../support/server.ts'
 import { ROOT } from '../support/process.ts'
 import { authorizeAndRedeem, flowFixture } from '../oauth/support.ts'
 
-// @modelcontextprotocol/conformance's server scenarios that apply to a tools-only server. Each
-// also validates every JSON-RPC message we send against the spec's schema (check
-// `wire-schema-valid`). The others need tools, resources, prompts or sessions we do not have.
-const SCENARIOS = ['server-initialize', 'ping', 'tools-list', 'dns-rebinding-protection']
+// @modelcontextprotocol/conformance's server scenarios that apply to a tools-only server, at the
+// 2025 revisions (initialize) and at 2026-07-28 (stateless). Each also validates every JSON-RPC
+// message we send against the spec's schema (check `wire-schema-valid`). The others need tools,
+// resources, prompts or sessions we do not have (docs/mcp.md#conformance).
+const SCENARIOS: [scenario: string, specVersion: string][] = [
+  ['server-initialize', '2025-11-25'],
+  ['ping', '2025-11-25'],
+  ['tools-list', '2025-11-25'],
+  ['dns-rebinding-protection', '2025-11-25'],
+  ['server-stateless', '2026-07-28'],
+  ['tools-list', '2026-07-28'],
+  ['dns-rebinding-protection', '2026-07-28'],
+  ['caching', '2026-07-28'],
+  ['http-header-validation', '2026-07-28'],
+]
+
+/**
+ * Checks a 2026-07-28 scenario reports as failed because this server lacks what they probe, each
+ * with why; every other check must pass. docs/mcp.md#conformance names them.
+ */
+const NOT_APPLICABLE: Record<string, string> = {
+  'sep-2575-server-rejects-undeclared-capability': "needs the suite's diagnostic tool test_missing_capability; no request here needs a client capability",
+  'sep-2575-missing-capability-http-400': 'the same diagnostic tool',
+  'sep-2575-http-server-no-independent-requests-on-stream': 'needs test_streaming_elicitation; this server never sends the client a request',
+  'sep-2575-server-no-log-without-loglevel': 'needs test_logging_tool; this server sends no log notifications',
+  'sep-2549-prompts-list-caching-hints': 'no prompts (prompts/list is method-not-found)',
+  'sep-2549-resources-list-caching-hints': 'no resources',
+  'sep-2549-resources-templates-list-caching-hints': 'no resource templates',
+}
 setDefaultTimeout(120_000)
 
 const server = await startTestServer()
@@ -40,20 +65,23 @@ afterAll(() => {
   rmSync(workDir, { recursive: true, force: true })
 })
 
-test.each(SCENARIOS)('conformance scenario %s passes', async (scenario) => {
-  const runner = Bun.spawn(['bun', join(ROOT, 'node_modules/.bin/conformance'), 'server', '--url', `http://127.0.0.1:${proxy.port}/v0/mcp`, '--scenario', scenario, '-o', join(workDir, 'results')], {
+test.each(SCENARIOS)('conformance scenario %s at %s passes', async (scenario, specVersion) => {
+  const output = join(workDir, `results-${specVersion}`)
+  const runner = Bun.spawn(['bun', join(ROOT, 'node_modules/.bin/conformance'), 'server', '--url', `http://127.0.0.1:${proxy.port}/v0/mcp`, '--scenario', scenario, '--spec-version', specVersion, '-o', output], {
     cwd: workDir,
     stdout: 'pipe',
     stderr: 'pipe',
   })
   const [stdout, stderr, exitCode] = await Promise.all([new Response(runner.stdout).text(), new Response(runner.stderr).text(), runner.exited])
-  const resultDir = readdirSync(join(workDir, 'results')).find((name) => name.startsWith(`server-${scenario}-`))
+  const resultDir = readdirSync(output).find((name) => name.startsWith(`server-${scenario}-`))
   expect(resultDir).toBeDefined()
-  const checks = JSON.parse(readFileSync(join(workDir, 'results', resultDir!, 'checks.json'), 'utf8')) as { id: string; status: string; errorMessage?: string }[]
+  const checks = JSON.parse(readFileSync(join(output, resultDir!, 'checks.json'), 'utf8')) as { id: string; status: string; errorMessage?: string }[]
   // FAILURE and WARNING both count; INFO (such as "no MCP-Session-Id: sessions are optional") does not.
   const failed = checks.filter((check) => check.status === 'FAILURE' || check.status === 'WARNING')
-  if (failed.length > 0 || exitCode !== 0) console.log(stdout, stderr)
-  expect(failed).toEqual([])
-  expect(checks.length).toBeGreaterThan(0)
-  expect(exitCode).toBe(0)
+  const unexplained = failed.filter((check) => !(check.id in NOT_APPLICABLE))
+  if (unexplained.length > 0) console.log(stdout, stderr)
+  expect(unexplained).toEqual([])
+  expect(checks.filter((check) => check.status === 'SUCCESS').length).toBeGreaterThan(0)
+  // The runner exits non-zero exactly when some check failed.
+  expect(exitCode).toBe(failed.length > 0 ? 1 : 0)
 })
