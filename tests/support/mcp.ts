@@ -90,6 +90,9 @@ export class TestOAuthProvider implements OAuthClientProvider {
   saved?: OAuthTokens
   verifier = ''
   code?: string
+  /** The query of the redirect the consent answered with: code, state and iss (RFC 9207). */
+  callback?: URLSearchParams
+  discovery?: unknown
   authorizationUrl?: URL
   /** Every authorization URL the SDK sent the user to, oldest first. */
   readonly authorizationUrls: URL[] = []
@@ -146,6 +149,15 @@ export class TestOAuthProvider implements OAuthClientProvider {
       ...(query.get('resource') ? { resource: query.get('resource') } : {}),
     })
     expect(consent.status).toBe(200)
-    this.code = ((await consent.json()) as { code: string }).code
+    const answer = (await consent.json()) as { code: string; redirect_to: string }
+    this.code = answer.code
+    this.callback = new URL(answer.redirect_to).searchParams
+  }
+  // The SDK 2.x client keeps what discovery found between the redirect and the callback (it checks the callback's iss against it).
+  saveDiscoveryState(state: unknown) {
+    this.discovery = state
+  }
+  discoveryState() {
+    return this.discovery
   }
 }
