@@ -97,7 +97,7 @@ export function createApp(deps: AppDeps) {
         .use(revocationRoutes(tokens))
         .use(sessionRoutes(auth))
         .use(hookRoutes(hooks))
-        .use(mcpRoutes({ ...hooks, publicUrl: deps.config.publicUrl, allowedOrigins: deps.config.mcpAllowedOrigins }))
+        .use(mcpRoutes({ ...hooks, publicUrl: deps.config.publicUrl, allowedOrigins: deps.config.mcpAllowedOrigins, retentionDays: deps.config.eventRetentionDays }))
         .use(messageRoutes({ ...auth, ...deps.messaging })))
   // Built once every route exists and before any request: Elysia amends a route's schemas the
   // first time it fails, and the document must describe them as declared.

@@ -52,23 +52,23 @@ export const UnsubscribeParams = Type.Object({
   delivery: Type.Object({ mode: Type.Optional(Type.Literal('webhook')), url: Type.String({ maxLength: 2048 }) }),
 })
 
-/** `events/list`: the three message events, webhook delivery, their filter as arguments and their `data` as payload. */
+/** `events/list`: the three message events, by webhook or poll, their filter as arguments and their `data` as payload. */
 export function listEvents() {
   return {
     events: EVENT_TYPES.map((type) => ({
       name: type,
       description: EVENT_DESCRIPTIONS[type],
-      delivery: ['webhook'],
+      delivery: ['webhook', 'poll'],
       inputSchema: plainJsonSchema(eventArgumentsSchema(type)),
       payloadSchema: plainJsonSchema(EventSchema.properties.data),
     })),
   }
 }
 
-const eventError = (code: number, message: string, data?: unknown) => new ProtocolError(code, message, data)
+export const eventError = (code: number, message: string, data?: unknown) => new ProtocolError(code, message, data)
 
 /** Params checked against their TypeBox schema: InvalidParams naming the first few problems otherwise. */
-function parse<S extends TSchema>(schema: S, value: unknown, at = ''): Static<S> {
+export function parse<S extends TSchema>(schema: S, value: unknown, at = ''): Static<S> {
   if (Value.Check(schema, value)) return value as Static<S>
   const errors = [...Value.Errors(schema, value)].slice(0, 5).map((error) => ({ path: `${at}${error.path}` || '/', message: error.message }))
   throw eventError(EVENT_ERRORS.InvalidParams, `Invalid params: ${errors.map((error) => `${error.path} ${error.message}`).join('; ')}`, { errors })
@@ -91,7 +91,7 @@ function grantOf(caller: Caller): string {
   return caller.credential.grantId
 }
 
-function eventTypeOf(name: string): EventType {
+export function eventTypeOf(name: string): EventType {
   if (!(EVENT_TYPES as readonly string[]).includes(name)) {
     throw eventError(EVENT_ERRORS.NotFound, `Unknown event: ${name.slice(0, 128)}. events/list names the events.`, { kind: 'event' })
   }

@@ -14,6 +14,8 @@ export interface McpRouteDeps extends ToolDeps, Omit<AuthPluginDeps, 'resourceMe
   publicUrl: string
   /** MCP_ALLOWED_ORIGINS: browser origins allowed besides PUBLIC_URL's and loopback ones. */
   allowedOrigins: readonly string[]
+  /** EVENT_RETENTION_DAYS: an events/poll cursor older than this starts again from now, truncated. */
+  retentionDays: number
 }
 
 /** RFC 9728 metadata of `{base_url}/mcp`, named in every 401 and 403 challenge of this endpoint. */

@@ -5,6 +5,7 @@ import type { Caller } from '../auth/authenticator.ts'
 import { problemBody } from '../lib/errors.ts'
 import { TOOL_LIST, callTool, type ToolDeps } from './tools.ts'
 import { listEvents, subscribe, unsubscribe } from './events.ts'
+import { pollEvents } from './event-poll.ts'
 
 const EVENTS_EXTENSION = 'io.modelcontextprotocol/events'
 
@@ -18,6 +19,9 @@ interface RequestBinding {
   requestId: string
 }
 
+/** What the MCP server runs on: the tools' dependencies, the public URL for problem bodies, the event log's retention for polls. */
+export type McpServerDeps = ToolDeps & { publicUrl: string; retentionDays: number }
+
 export type McpPostHandler = (caller: Caller, request: Request, parsedBody: unknown, requestId: string) => Promise<Response>
 
 /**
@@ -30,7 +34,7 @@ export type McpPostHandler = (caller: Caller, request: Request, parsedBody: unkn
  * can answer any request and nothing lives between requests (docs/mcp.md). The caller was
  * authenticated by our own plugin; the SDK only passes `authInfo` through.
  */
-export function createMcpPostHandler(deps: ToolDeps & { publicUrl: string }): McpPostHandler {
+export function createMcpPostHandler(deps: McpServerDeps): McpPostHandler {
   const modern = createMcpHandler(({ authInfo }) => serverFor(deps, bindingOf(authInfo), { events: true }), { legacy: 'reject' })
   const legacy = async (binding: RequestBinding, request: Request, parsedBody: unknown) => {
     const server = serverFor(deps, binding, { events: false })
@@ -68,13 +72,14 @@ const UNCHECKED = { params: { '~standard': { version: 1, vendor: 'messaging-serv
  * names (`extensions["io.modelcontextprotocol/events"]`) and as the `events` capability the AI SDK's
  * client looks for.
  */
-function serverFor(deps: ToolDeps & { publicUrl: string }, { caller, requestId }: RequestBinding, options: { events: boolean }): Server {
+function serverFor(deps: McpServerDeps, { caller, requestId }: RequestBinding, options: { events: boolean }): Server {
   const capabilities = options.events ? { tools: {}, events: {}, extensions: { [EVENTS_EXTENSION]: {} } } : { tools: {} }
   const server = new Server(SERVER_INFO, { capabilities, instructions: INSTRUCTIONS })
   if (options.events) {
     server.setRequestHandler('events/list', UNCHECKED, () => listEvents())
     server.setRequestHandler('events/subscribe', UNCHECKED, (params) => subscribe(deps, caller, params))
     server.setRequestHandler('events/unsubscribe', UNCHECKED, (params) => unsubscribe(deps, caller, params))
+    server.setRequestHandler('events/poll', UNCHECKED, (params) => pollEvents(deps, caller, params))
   }
   server.setRequestHandler('tools/list', () => ({ tools: TOOL_LIST }))
   server.setRequestHandler('tools/call', async ({ params }): Promise<CallToolResult> => {

@@ -11,14 +11,17 @@ interface ScopedOperation {
 }
 
 /**
- * Subscribing to message events hands their content (the message bodies) to the agent: it needs
- * `messages:read` (docs/mcp.md#events). Listing the event types and unsubscribing do not.
+ * Subscribing to message events, or polling them, hands their content (the message bodies) to the
+ * agent: it needs `messages:read` (docs/mcp.md#events). Listing the event types and unsubscribing do not.
  */
-const EVENTS_SUBSCRIBE: ScopedOperation = { name: 'events/subscribe', scope: 'messages:read' }
+const EVENT_READS: ScopedOperation[] = [
+  { name: 'events/subscribe', scope: 'messages:read' },
+  { name: 'events/poll', scope: 'messages:read' },
+]
 
 /**
- * What a POST body calls that needs a scope: each `tools/call` of a known tool and each
- * `events/subscribe`, in a single message or a batch. Anything else (other methods, unknown
+ * What a POST body calls that needs a scope: each `tools/call` of a known tool, each
+ * `events/subscribe` and `events/poll`, in a single message or a batch. Anything else (other methods, unknown
  * tools, malformed messages) is left to the SDK server, which answers it as the protocol says.
  */
 function operationsIn(body: unknown): ScopedOperation[] {
@@ -27,7 +30,8 @@ function operationsIn(body: unknown): ScopedOperation[] {
   for (const message of messages) {
     if (typeof message !== 'object' || message === null) continue
     const method = (message as { method?: unknown }).method
-    if (method === EVENTS_SUBSCRIBE.name) called.push(EVENTS_SUBSCRIBE)
+    const eventRead = EVENT_READS.find((operation) => operation.name === method)
+    if (eventRead) called.push(eventRead)
     if (method !== 'tools/call') continue
     const name = (message as { params?: { name?: unknown } }).params?.name
     const tool = TOOLS.find((candidate) => candidate.name === name)

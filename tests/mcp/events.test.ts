@@ -15,6 +15,9 @@ import { startTestServer } from '../support/server.ts'
 import { flowFixture, type Fixture } from '../oauth/support.ts'
 import { connectWithToken, modernRequest, tokenFor } from '../support/mcp.ts'
 import { SUBSCRIPTIONS_PER_GRANT, grantedTtlMs, SUBSCRIPTION_TTL_MS } from '../../src/mcp/events.ts'
+import { NEXT_POLL_MS } from '../../src/mcp/event-poll.ts'
+import { sql } from 'drizzle-orm'
+import { lowestIdAt } from '../../src/lib/ids.ts'
 
 /** The agent's side: an HTTPS server for its webhook callbacks, each path answered by the handler set for it. */
 function startCallbackServer() {
@@ -115,7 +118,7 @@ describe('the AI SDK client (@ai-sdk/mcp), at its default protocol', () => {
     const { events } = await client.experimental_events.list()
     expect(events.map((event) => event.name)).toEqual(['message.delivered', 'message.failed', 'message.inbound'])
     const inboundType = events.find((event) => event.name === 'message.inbound')!
-    expect(inboundType.delivery).toEqual(['webhook'])
+    expect(inboundType.delivery).toEqual(['webhook', 'poll'])
     expect(inboundType.inputSchema).toMatchObject({ type: 'object', properties: { from: { type: 'array' } }, additionalProperties: false })
     expect(inboundType.payloadSchema).toMatchObject({ type: 'object', properties: { message: { type: 'object' } } })
 
@@ -151,13 +154,13 @@ describe('the AI SDK client (@ai-sdk/mcp), at its default protocol', () => {
 })
 
 describe('events over raw 2026-07-28 JSON-RPC', () => {
-  test('server/discover advertises the extension and the events capability; poll and push are method-not-found; a 2025 initialize sees no events', async () => {
+  test('server/discover advertises the extension and the events capability; push is method-not-found; a 2025 initialize sees no events', async () => {
     const fixture = await flowFixture(server)
     const token = await eventsToken(fixture)
     const discovered = await rpc(token, 'server/discover')
     expect(discovered.body.result.capabilities).toMatchObject({ tools: {}, events: {}, extensions: { 'io.modelcontextprotocol/events': {} } })
-    // Webhook delivery only: poll and push are not served (docs/mcp.md#what-events-do-not-do-yet).
-    for (const method of ['events/poll', 'events/stream']) expect((await rpc(token, method, { name: 'message.inbound', arguments: {}, cursor: null })).body.error?.code).toBe(-32601)
+    // Push is not served (docs/mcp.md#what-events-do-not-do-yet).
+    expect((await rpc(token, 'events/stream', { name: 'message.inbound', arguments: {}, cursor: null })).body.error?.code).toBe(-32601)
     const legacy = await connectWithToken(server, token)
     expect(legacy.getServerCapabilities()).toEqual({ tools: {} })
     await legacy.close()
@@ -354,5 +357,77 @@ describe('the owner and the end of a subscription', () => {
     expect(answered).toBe(2)
     const rows = await server.database.handle.db.execute(`select status from hooks where id = '${id}'`)
     expect(JSON.stringify(rows)).toContain('active')
+  })
+})
+
+describe('events/poll', () => {
+  const poll = (token: string, params: Record<string, unknown>) => rpc(token, 'events/poll', { name: 'message.inbound', arguments: {}, ...params })
+
+  test('a null cursor starts from now; then the matching events in order, once each; maxEvents pages with hasMore', async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    expect((await inbound(fixture, '+15550008888', 'before the first poll')).status).toBe(201)
+    const start = await poll(token, { arguments: { from: ['+15550008888'] }, cursor: null })
+    expect(start.body.result).toMatchObject({ events: [], truncated: false, hasMore: false, nextPollMs: NEXT_POLL_MS, resultType: 'complete' })
+
+    for (const [from, body] of [['+15550008888', 'one'], ['+15550009999', 'someone else'], ['+15550008888', 'two'], ['+15550008888', 'three']]) {
+      expect((await inbound(fixture, from!, body!)).status).toBe(201)
+    }
+    const first = await poll(token, { arguments: { from: ['+15550008888'] }, cursor: start.body.result.cursor, maxEvents: 2 })
+    expect(first.body.result.events.map((event: any) => event.data.message.body)).toEqual(['one', 'two'])
+    expect(first.body.result.hasMore).toBe(true)
+    expect(first.body.result.events[0]).toEqual({ eventId: expect.stringMatching(/^evt_/), name: 'message.inbound', timestamp: expect.any(String), data: { message: expect.objectContaining({ from: '+15550008888' }) } })
+    const second = await poll(token, { arguments: { from: ['+15550008888'] }, cursor: first.body.result.cursor, maxEvents: 2 })
+    expect(second.body.result.events.map((event: any) => event.data.message.body)).toEqual(['three'])
+    expect(second.body.result.hasMore).toBe(false)
+    const quiet = await poll(token, { arguments: { from: ['+15550008888'] }, cursor: second.body.result.cursor })
+    expect(quiet.body.result.events).toEqual([])
+    // Without a filter, the other contact's reply too (another type is not mixed in).
+    const all = await poll(token, { cursor: start.body.result.cursor })
+    expect(all.body.result.events.map((event: any) => event.data.message.body)).toEqual(['one', 'someone else', 'two', 'three'])
+  })
+
+  test('a cursor older than maxAgeMs starts from now with truncated; a foreign cursor is InvalidParams; polling needs messages:read', async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    const start = await poll(token, { cursor: null })
+    expect((await inbound(fixture, '+15550001212', 'skipped')).status).toBe(201)
+    await Bun.sleep(20)
+    const late = await poll(token, { cursor: start.body.result.cursor, maxAgeMs: 10 })
+    expect(late.body.result).toMatchObject({ events: [], truncated: true })
+    for (const cursor of ['not-a-cursor', Buffer.from('{"x":"1; drop table events","i":"","t":0}').toString('base64url')]) {
+      expect((await poll(token, { cursor })).body.error).toMatchObject({ code: -32602 })
+    }
+    const hooksOnly = await eventsToken(fixture, 'hooks:read')
+    const refused = await poll(hooksOnly, { cursor: null })
+    expect(refused.status).toBe(403)
+    expect(refused.headers.get('www-authenticate')).toContain('messages:read')
+  })
+
+  test.skipIf(server.database.handle.kind !== 'postgres')('an event whose transaction commits late is not passed over: polls stop at the oldest transaction still running', async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    const start = await poll(token, { cursor: null })
+    const db = server.database.handle.db
+    let release!: () => void
+    const held = new Promise<void>((resolve) => (release = resolve))
+    // An id made now, as a slow settlement's would be: lower than the id of the reply sent after it.
+    const early = lowestIdAt('evt', Date.now())
+    const payload = JSON.stringify({ id: early, type: 'message.inbound', timestamp: new Date().toISOString(), account_id: fixture.accountId, data: { message: { body: 'slow to commit' } } })
+    let inserted!: () => void
+    const written = new Promise<void>((resolve) => (inserted = resolve))
+    const slow = db.transaction(async (tx) => {
+      await tx.execute(sql`insert into events (id, account_id, type, payload) values (${early}, ${fixture.accountId}, 'message.inbound', ${payload})`)
+      inserted()
+      await held
+    })
+    await written
+    expect((await inbound(fixture, '+15550001313', 'committed first')).status).toBe(201)
+    const during = await poll(token, { cursor: start.body.result.cursor })
+    expect(during.body.result.events).toEqual([])
+    release()
+    await slow
+    const after = await poll(token, { cursor: during.body.result.cursor })
+    expect(after.body.result.events.map((event: any) => event.data.message.body)).toEqual(['slow to commit', 'committed first'])
   })
 })

@@ -1,7 +1,7 @@
 import { expect } from 'bun:test'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
-import type { OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js'
+import type { OAuthClientProvider, OAuthDiscoveryState } from '@modelcontextprotocol/sdk/client/auth.js'
 import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js'
 import { REDIRECT_URI, authorizeAndRedeem, postJson, signIn, type Fixture } from '../oauth/support.ts'
 import type { TestServer } from './server.ts'
@@ -92,7 +92,7 @@ export class TestOAuthProvider implements OAuthClientProvider {
   code?: string
   /** The query of the redirect the consent answered with: code, state and iss (RFC 9207). */
   callback?: URLSearchParams
-  discovery?: unknown
+  discovery?: OAuthDiscoveryState
   authorizationUrl?: URL
   /** Every authorization URL the SDK sent the user to, oldest first. */
   readonly authorizationUrls: URL[] = []
@@ -154,7 +154,7 @@ export class TestOAuthProvider implements OAuthClientProvider {
     this.callback = new URL(answer.redirect_to).searchParams
   }
   // The SDK 2.x client keeps what discovery found between the redirect and the callback (it checks the callback's iss against it).
-  saveDiscoveryState(state: unknown) {
+  saveDiscoveryState(state: OAuthDiscoveryState) {
     this.discovery = state
   }
   discoveryState() {

@@ -1,5 +1,8 @@
 import { sql } from 'drizzle-orm'
-import { bigint, boolean, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { bigint, boolean, customType, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+
+/** A 64-bit transaction id (PostgreSQL's xid8), read and written as its decimal text. */
+const xid8 = customType<{ data: string }>({ dataType: () => 'xid8' })
 
 const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
 
@@ -283,9 +286,14 @@ export const events = pgTable(
     payload: text('payload').notNull(),
     /** An example sent by POST …/hooks/{hook_id}/test: its delivery is shown in the log, never in GET /events. */
     test: boolean('test').notNull().default(false),
+    /**
+     * The transaction that wrote it. MCP `events/poll` reads the log in this order up to the oldest
+     * transaction still running, so an event that commits late is never passed over (src/mcp/event-poll.ts).
+     */
+    xact: xid8('xact').notNull().default(sql`pg_current_xact_id()`),
     createdAt: createdAt(),
   },
-  (table) => [index('events_account_id_idx').on(table.accountId, table.id)],
+  (table) => [index('events_account_id_idx').on(table.accountId, table.id), index('events_poll_idx').on(table.accountId, table.type, table.xact, table.id)],
 )
 
 /** The outbox: one row per (event, subscription), written in the event's transaction. */
