@@ -5,6 +5,7 @@ import { chromium, type Browser, type BrowserContext, type Page } from 'playwrig
 import { startTestServer } from '../support/server.ts'
 import { startReceiver } from '../support/receiver.ts'
 import { authorizeAndRedeem, flowFixture, postJson } from '../oauth/support.ts'
+import { modernRequest } from '../support/mcp.ts'
 
 // The dashboard in a real browser (Debian's chromium, driven by playwright-core), on the real
 // service, against a real HTTPS receiver: what an account owner does, step by step. Skipped on a
@@ -15,10 +16,15 @@ const runs = Bun.file(CHROMIUM).size > 0 || process.env.CI === 'true'
 const screenshotsDir = process.env.SCREENSHOTS_DIR
 setDefaultTimeout(60_000)
 
-// /flaky fails its first request (a failed delivery), then answers like /ok.
-const receiver = startReceiver((request, nth) =>
-  request.path === '/flaky' && nth === 1 ? new Response('upstream down', { status: 500 }) : new Response('thanks', { status: 200 }),
-)
+// /flaky fails its first request (a failed delivery), then answers like /ok; /agent is an MCP
+// agent's event callback, which answers the verification challenge.
+const receiver = startReceiver((request, nth) => {
+  if (request.path === '/agent') {
+    const body = JSON.parse(request.body) as { type?: string; challenge?: string }
+    return body.type === 'verification' ? Response.json({ challenge: body.challenge }) : new Response(null, { status: 204 })
+  }
+  return request.path === '/flaky' && nth === 1 ? new Response('upstream down', { status: 500 }) : new Response('thanks', { status: 200 })
+})
 const server = await startTestServer({
   // One attempt per delivery: a failure is final at once, and only a retry sends it again.
   env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_CA_FILE: receiver.caFile, WEBHOOK_RETRY_SCHEDULE: '0', WEBHOOK_TIMEOUT_MS: '2000' },
@@ -288,6 +294,40 @@ test.if(runs)('an agent connected through OAuth is listed under Connected apps, 
   await card.getByRole('button', { name: 'Revoke', exact: true }).click()
   await page.getByText('Revoked the access of Flow test client.').waitFor()
   expect((await asAgent()).status).toBe(401)
+})
+
+test.if(runs)("an agent's MCP event subscriptions are shown with its grant, and ended there", async () => {
+  const mcpUrl = `${server.config.baseUrl}/mcp`
+  const { tokens } = await authorizeAndRedeem(server, fixture, { scope: 'messages:read', resource: mcpUrl })
+  const secret = `whsec_${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64')}`
+  const subscribed = await modernRequest(mcpUrl, tokens.access_token, 'events/subscribe', {
+    name: 'message.inbound',
+    arguments: { from: ['+14155550123'] },
+    delivery: { mode: 'webhook', url: `${receiver.origin}/agent`, secret },
+  })
+  const { id } = ((await subscribed.json()) as { result: { id: string } }).result
+  expect(id).toMatch(/^evs_/)
+
+  // The previous test left the page on Connected apps: come back to it so it loads again.
+  await goTo('Webhooks')
+  await goTo('Connected apps')
+  const row = page.locator('#grants li.grant table.event-subscriptions tbody tr', { hasText: 'message.inbound' })
+  await row.waitFor()
+  expect(await row.getAttribute('data-subscription-id')).toBe(id)
+  expect(await row.textContent()).toContain('from +14155550123')
+  expect(await row.textContent()).toContain(`${receiver.origin}/agent`)
+  expect(await seriousAccessibilityViolations()).toEqual([])
+  await screenshot('connected-apps-events')
+
+  await row.getByRole('button', { name: 'End', exact: true }).click()
+  await row.getByRole('button', { name: 'End subscription' }).click()
+  await page.getByText('Ended its message.inbound subscription.').waitFor()
+  await row.waitFor({ state: 'detached' })
+  const grants = (await (await server.fetch(`/v0/account/${fixture.accountId}/grants?key=${fixture.apiKey}`)).json()) as { data: { id: string }[] }
+  for (const grant of grants.data) {
+    const left = (await (await server.fetch(`/v0/account/${fixture.accountId}/grants/${grant.id}/event-subscriptions?key=${fixture.apiKey}`)).json()) as { data: unknown[] }
+    expect(left.data).toEqual([])
+  }
 })
 
 test.if(runs)('the event log lists what happened, filtered by type', async () => {

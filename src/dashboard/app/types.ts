@@ -5,6 +5,7 @@ import type { EventSchema } from '../../messages/schemas.ts'
 import type { Page } from '../../lib/pagination.ts'
 import type { ApiKeySchema, CreatedApiKeySchema } from '../../auth/api-key-schemas.ts'
 import type { ConnectedAppSchema } from '../../oauth/schemas.ts'
+import type { EventSubscriptionSchema } from '../../mcp/event-subscriptions.ts'
 
 // The shapes the pages read are the API's own schemas: one definition, checked by the compiler here too.
 export type Account = Static<typeof AccountSchema>
@@ -18,6 +19,7 @@ export type Event = Static<typeof EventSchema>
 export type ApiKey = Static<typeof ApiKeySchema>
 export type CreatedApiKey = Static<typeof CreatedApiKeySchema>
 export type ConnectedApp = Static<typeof ConnectedAppSchema>
+export type EventSubscription = Static<typeof EventSubscriptionSchema>
 export type { Page }
 
 export interface EventType {

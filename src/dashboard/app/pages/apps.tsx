@@ -1,14 +1,76 @@
 import { useState } from 'preact/hooks'
 import { SCOPE_DESCRIPTIONS, isScope } from '../../../auth/scopes.ts'
 import { api } from '../api.ts'
-import { ConfirmButton, EmptyState, ErrorNotice, LoadMore, Notice, PageHeading, Time, useAction, usePages } from '../components.tsx'
+import { ConfirmButton, EmptyState, ErrorNotice, LoadMore, Notice, PageHeading, StatusBadge, Time, useAction, useLoad, usePages } from '../components.tsx'
 import { settings } from '../settings.ts'
 import { currentGrantId } from '../session.ts'
-import type { ConnectedApp, Page } from '../types.ts'
+import type { ConnectedApp, EventSubscription, Page } from '../types.ts'
 
 const scopeInWords = (scope: string) => (isScope(scope) ? SCOPE_DESCRIPTIONS[scope] : scope)
 
-function GrantCard({ accountId, grant, onRevoked }: { accountId: string; grant: ConnectedApp; onRevoked(message: string): void }) {
+/** The arguments of an agent's event subscription in words: its filter (docs/api.md#filters), or every event. */
+function argumentsInWords(args: Record<string, unknown>): string {
+  const [key, numbers] = Object.entries(args)[0] ?? []
+  return Array.isArray(numbers) ? `${key === 'from' ? 'from' : 'to'} ${numbers.join(', ')}` : 'every event'
+}
+
+/** An agent's MCP event subscriptions (docs/mcp.md#events), each endable; nothing when it holds none. */
+function EventSubscriptions({ accountId, grantId, onEnded }: { accountId: string; grantId: string; onEnded(message: string): void }) {
+  const subscriptions = useLoad(() => api<{ data: EventSubscription[] }>('GET', `/account/${accountId}/grants/${grantId}/event-subscriptions`), [accountId, grantId])
+  const end = useAction()
+  if (subscriptions.error) return <ErrorNotice error={subscriptions.error} action="Loading its event subscriptions" />
+  const items = subscriptions.data?.data ?? []
+  if (items.length === 0) return null
+  return (
+    <>
+      <p>It is told of these events:</p>
+      <table class="rows event-subscriptions">
+        <thead>
+          <tr>
+            <th scope="col">Event</th>
+            <th scope="col">Which</th>
+            <th scope="col">Sent to</th>
+            <th scope="col">State</th>
+            <th scope="col">Ends</th>
+            <th scope="col"><span class="visually-hidden">Actions</span></th>
+          </tr>
+        </thead>
+        <tbody>
+          {items.map((subscription) => (
+            <tr key={subscription.id} data-subscription-id={subscription.id}>
+              <td data-label="Event" class="nowrap">{subscription.event}</td>
+              <td data-label="Which">{argumentsInWords(subscription.arguments)}</td>
+              <td data-label="Sent to" class="url">{subscription.callback_url}</td>
+              <td data-label="State" class="nowrap">
+                <StatusBadge status={subscription.status} />
+                {subscription.circuit !== 'closed' && ` circuit ${subscription.circuit.replace('_', '-')}`}
+              </td>
+              <td data-label="Ends"><Time iso={subscription.expires_at} /></td>
+              <td class="nowrap">
+                <ConfirmButton
+                  label="End"
+                  question={`Stop telling it of ${subscription.event}? It can subscribe again while it has access.`}
+                  confirmLabel="End subscription"
+                  busy={end.busy}
+                  onConfirm={() =>
+                    end.run(async () => {
+                      await api('DELETE', `/account/${accountId}/grants/${grantId}/event-subscriptions/${subscription.id}`)
+                      await subscriptions.reload()
+                      onEnded(`Ended its ${subscription.event} subscription.`)
+                    })
+                  }
+                />
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <ErrorNotice error={end.error} action="Ending the subscription" />
+    </>
+  )
+}
+
+function GrantCard({ accountId, grant, onRevoked, onEnded }: { accountId: string; grant: ConnectedApp; onRevoked(message: string): void; onEnded(message: string): void }) {
   const revoke = useAction()
   const name = grant.client_name ?? grant.client_id
   const isDashboard = grant.client_id === settings.clientId
@@ -27,6 +89,7 @@ function GrantCard({ accountId, grant, onRevoked }: { accountId: string; grant: 
           <li key={scope}>{scopeInWords(scope)}</li>
         ))}
       </ul>
+      <EventSubscriptions accountId={accountId} grantId={grant.id} onEnded={onEnded} />
       <ConfirmButton
         label="Revoke access"
         question={isThisSession ? 'Revoke this session? You will be signed out.' : isDashboard ? 'Sign out that dashboard session?' : `Cut off ${name}? Its tokens stop working within seconds.`}
@@ -72,6 +135,7 @@ export function AppsPage({ accountId }: { accountId: string }) {
               setMessage(text)
               setVersion((value) => value + 1)
             }}
+            onEnded={setMessage}
           />
         ))}
       </ul>
