@@ -3,6 +3,8 @@
 //
 // It listens with CERT_DIR's server.pem/server.key (fixtures/tls.ts: localhost, 127.0.0.1) on the
 // ports the control port tells it to. Every POST is answered 204 at once, except:
+//   - an MCP Events verification envelope ({"type":"verification","challenge":…}): its challenge
+//     echoed, as an agent's callback does (not counted);
 //   - /delay/<ms>/…: after <ms> ms (a slow receiver);
 //   - /hang/…: never, while "hanging" is on (a receiver that accepts and never answers; the
 //     listeners have no idle timeout); POST /heal turns it off and answers the held requests whose
@@ -53,6 +55,7 @@ function tally(name: string): Tally {
 async function receive(request: Request): Promise<Response> {
   const body = await request.text()
   const at = now()
+  if (body.startsWith('{"type":"verification"')) return Response.json({ challenge: (JSON.parse(body) as { challenge: string }).challenge })
   const url = request.url
   const path = url.slice(url.indexOf('/', url.indexOf('//') + 2))
   const [, delay, group = ''] = GROUP.exec(path) ?? []

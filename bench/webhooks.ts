@@ -38,6 +38,10 @@
  *           10,000 ≥ 0.9 × 100. Bounded by --minutes (15).
  *   fanout  one account, 100 subscriptions to message.delivered, --deliveries/100 messages:
  *           deliveries/s (target ≥ 5,000).
+ *   agent   one account with a REST subscription to message.delivered and an MCP agent's event
+ *           subscription to the same (a user signs in over OAuth, events/subscribe, the receiver
+ *           answers the verification): --agent-rate (200) messages/s for --seconds, each delivered to
+ *           both; send → receipt p50/p99 of each. Target: the agent's p99 ≤ 2 × REST's.
  *   rows    PostgreSQL. One subscription: closed loop on the empty database; then --rows (10,000,000)
  *           events with one delivery and one attempt each (1 % failed, spread over the last 33 days)
  *           inserted with generate_series; the closed loop again (full ≥ 0.9 × empty); GET
@@ -57,7 +61,7 @@
  */
 import { join } from 'node:path'
 import { makeCertificates } from '../fixtures/tls.ts'
-import { createAccount } from '../src/accounts/service.ts'
+import { createAccount, createUser } from '../src/accounts/service.ts'
 import { createApiKey } from '../src/auth/api-keys.ts'
 import { deleteExpiredEvents } from '../src/delivery/retention.ts'
 import { postgresDatabase } from '../src/lib/db/client.ts'
@@ -88,8 +92,9 @@ const cli = commandLine(import.meta.url, {
   rows: { type: 'string', default: '10000000' },
   requests: { type: 'string', default: '200' },
   'skip-many': { type: 'boolean', default: false },
+  'agent-rate': { type: 'string', default: '200' },
 })
-const SCENARIO = cli.choice('scenario', ['basic', 'storm', 'growth', 'fanout', 'rows'])
+const SCENARIO = cli.choice('scenario', ['basic', 'storm', 'growth', 'fanout', 'rows', 'agent'])
 const DATABASE = cli.choice('database', ['postgres', 'pglite'])
 const PG = DATABASE === 'postgres'
 if (!PG && (SCENARIO === 'growth' || SCENARIO === 'rows')) {
@@ -112,6 +117,7 @@ const DELIVERIES = cli.integer('deliveries', 100, 1_000_000)
 const MINUTES = cli.integer('minutes', 1, 120)
 const ROWS = cli.integer('rows', 1000, 100_000_000)
 const REQUESTS = cli.integer('requests', 10, 10_000)
+const AGENT_RATE = cli.integer('agent-rate', 1, 5000)
 const ADMIN_URL = cli.loopbackUrl(process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres', 'DATABASE_URL')
 
 const WATCHDOG_S = {
@@ -120,6 +126,7 @@ const WATCHDOG_S = {
   growth: MINUTES * 60 + 60,
   fanout: 240 + DRAIN_MS / 1000,
   rows: 900 + Math.ceil(ROWS / 2500),
+  agent: 240 + SECONDS + DRAIN_MS / 1000,
 }[SCENARIO]
 
 const started = Date.now()
@@ -723,6 +730,72 @@ async function rows(rig: Rig, summary: Summary): Promise<void> {
   )
 }
 
+/**
+ * An MCP agent's event subscription, made as an agent makes it: a user of the account signs in on
+ * the consent API, a registered client redeems the code (PKCE) for an MCP token with messages:read,
+ * and events/subscribe names the receiver (2026-07-28 JSON-RPC).
+ */
+async function agentSubscription(rig: Rig, account: Account, event: string, url: string): Promise<string> {
+  const origin = rig.server.origin
+  const email = `agent-${Date.now()}@example.com`
+  const password = 'bench agent password'
+  if (rig.store.database) {
+    const handle = postgresDatabase(rig.store.database.url.href, { max: 1 })
+    await createUser(handle.db, { accountId: account.id, email, password }).finally(() => handle.close())
+  } else {
+    const run = await runCommand([BUN, 'src/cli.ts', 'user', 'create', '--account', account.id, '--email', email, '--password', password, '--json'], rig.server.env, 30_000)
+    if (run.code !== 0) fail(`bun src/cli.ts user create exited with ${run.code}:\n${redact(run.stderr + run.stdout).slice(0, 1000)}`)
+  }
+  const { resource } = (await (await fetch(`${origin}/.well-known/oauth-protected-resource/v0/mcp`)).json()) as { resource: string }
+  const redirectUri = 'http://127.0.0.1:8765/callback'
+  const client = await expectStatus(201, 'POST', `${origin}/v0/auth/register`, {
+    body: { client_name: 'bench agent', redirect_uris: [redirectUri], grant_types: ['authorization_code'], response_types: ['code'], token_endpoint_auth_method: 'none' },
+  })
+  const { id_token } = await expectStatus(200, 'POST', `${origin}/v0/auth/login`, { body: { email, password } })
+  const verifier = Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64url')
+  const challenge = Buffer.from(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(verifier))).toString('base64url')
+  const { code } = await expectStatus(200, 'POST', `${origin}/v0/auth/authorize`, {
+    body: { client_id: client.client_id, redirect_uri: redirectUri, id_token, code_challenge: challenge, code_challenge_method: 'S256', scope: 'messages:read', resource },
+  })
+  const { access_token } = await expectStatus(200, 'POST', `${origin}/v0/auth/token`, {
+    body: { grant_type: 'authorization_code', code, client_id: client.client_id, redirect_uri: redirectUri, code_verifier: verifier },
+  })
+  const meta = { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', 'io.modelcontextprotocol/clientInfo': { name: 'bench agent', version: '1' }, 'io.modelcontextprotocol/clientCapabilities': {} }
+  const secret = `whsec_${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64')}`
+  const answer = await fetch(`${origin}/v0/mcp`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${access_token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'events/subscribe' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'events/subscribe', params: { name: event, arguments: {}, delivery: { mode: 'webhook', url, secret }, _meta: meta } }),
+  })
+  const reply = (await answer.json()) as { result?: { id: string }; error?: unknown }
+  if (!reply.result) fail(`events/subscribe: HTTP ${answer.status} ${JSON.stringify(reply.error ?? reply).slice(0, 300)}`)
+  return reply.result.id
+}
+
+async function agent(rig: Rig, summary: Summary): Promise<void> {
+  const [account] = (await makeAccounts(rig, 1)) as [Account]
+  const o = rig.receiver.origin
+  await subscribe(rig, [{ account, event: 'message.delivered', url: `${o}/rest` }])
+  const subscriptionId = await agentSubscription(rig, account, 'message.delivered', `${o}/agent`)
+  log(`REST subscription → ${o}/rest; MCP event subscription ${subscriptionId} → ${o}/agent`)
+  await measure(rig, { label: 'warm-up', groups: ['rest', 'agent'], fan: 2, load: () => closedLoop(rig, [{ account }], 5, 500) })
+  const r = await measure(rig, { label: `REST and agent subscriptions at ${fmtInt(AGENT_RATE)} messages/s`, groups: ['rest', 'agent'], fan: 2, load: () => openLoop(rig, [{ account }], AGENT_RATE, SECONDS) })
+  printResult(r)
+  const of = (group: string) => {
+    const g = onGroups(r.stats, [group])
+    return percentiles([...g.sendLatencies, ...Array<number>(Math.max(0, r.load.accepted - g.unique)).fill(Infinity)])
+  }
+  const [rest, agentLatency] = [of('rest'), of('agent')]
+  log(`  REST subscription: send → receipt ${fmtP(rest)}`)
+  log(`  agent (MCP event subscription): send → receipt ${fmtP(agentLatency)}`)
+  const ratio = agentLatency.p99 / rest.p99
+  summary.push(
+    ['agent: REST subscription send → receipt p50 / p99', `${fmtMs(rest.p50)} / ${fmtMs(rest.p99)}`, '', ''],
+    ['agent: MCP event subscription send → receipt p50 / p99', `${fmtMs(agentLatency.p50)} / ${fmtMs(agentLatency.p99)}`, '', ''],
+    target(`agent: event → agent p99 / REST p99 at ${fmtInt(AGENT_RATE)}/s`, fmtFixed(ratio, 2), '≤ 2.00', ratio <= 2),
+  )
+}
+
 // ---------------------------------------------------------------------------------------------
 
 async function main(): Promise<number> {
@@ -730,7 +803,7 @@ async function main(): Promise<number> {
   const settings: Record<string, string> = SCENARIO === 'storm' ? { HOOKS_PER_ACCOUNT: String(Math.max(100, BROKEN)) } : {}
   const rig = await startRig(workDir, settings)
   const summary: Summary = summaryHead()
-  await { basic, storm, growth, fanout, rows }[SCENARIO](rig, summary)
+  await { basic, storm, growth, fanout, rows, agent }[SCENARIO](rig, summary)
   await stopChild(rig.server.proc)
   const problems = await serverProblems(rig.server, 0, SCENARIO === 'storm')
   console.log(`\nSummary: --scenario ${SCENARIO}, ${PG ? 'PostgreSQL' : 'PGlite'}, ${new Date().toISOString()}`)
