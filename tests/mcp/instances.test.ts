@@ -66,3 +66,23 @@ test('2026-07-28: discover on one instance, a tool call on the other, nothing ca
   expect(listed.body.result.structuredContent.data.map((hook: { id: string }) => hook.id)).toContain(created.body.result.structuredContent.id)
   expect(new Set(servedBy.slice(before))).toEqual(new Set([0, 1]))
 })
+
+test('2026-07-28 events/poll: a cursor from one instance is read by the other, which returns what happened since', async () => {
+  const fixture = await flowFixture(first)
+  const token = await tokenFor(first, fixture, { scope: 'messages:read' })
+  const poll = (cursor: string | null) =>
+    modernRequest(mcpUrl, token, 'events/poll', { name: 'message.inbound', arguments: {}, cursor }).then(async (response) => ((await response.json()) as { result: any }).result)
+
+  const before = servedBy.length
+  const start = await poll(null)
+  const reply = await first.fetch(`/v0/account/${fixture.accountId}/sandbox/inbound?key=${fixture.apiKey}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ from: '+14155550123', body: 'seen by either' }),
+  })
+  expect(reply.status).toBe(201)
+  const next = await poll(start.cursor)
+  expect(next.events.map((event: { data: { message: { body: string } } }) => event.data.message.body)).toEqual(['seen by either'])
+  expect((await poll(next.cursor)).events).toEqual([])
+  expect(new Set(servedBy.slice(before))).toEqual(new Set([0, 1]))
+})
