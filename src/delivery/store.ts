@@ -340,7 +340,8 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
     ),
     per_hook as (
       select m.hook_id,
-             bool_or(i.outcome = 'delivered') as succeeded,
+             -- An agent's receiver refusing one event (410, 413) answered on purpose: it stops the failure clock as a success does.
+             bool_or(i.outcome in ('delivered', 'refused')) as succeeded,
              max(i.disable_reason) as disable_reason,
              max(i.throttle_ms) as throttle_ms,
              bool_or(not ${breakerFailure(sql`i.status_code`)}) as answered,

@@ -113,7 +113,8 @@ const noSuchDelivery = (deliveryId: string) => notFound(`No delivery ${deliveryI
 /** One delivery of the account's (of `hookId` when given), or 404. */
 async function findDelivery(db: Database, accountId: string, deliveryId: string, hookId?: string): Promise<DeliveryRow> {
   if (!isId('dlv', deliveryId) || (hookId !== undefined && !isId('hook', hookId))) throw noSuchDelivery(deliveryId)
-  const conditions = [sql`d.id = ${deliveryId}`, sql`h.account_id = ${accountId}`]
+  // The account's webhooks only: an agent's MCP event subscription (docs/mcp.md#events) and its log are the agent's.
+  const conditions = [sql`d.id = ${deliveryId}`, sql`h.account_id = ${accountId}`, sql`h.grant_id is null`]
   if (hookId !== undefined) conditions.push(sql`h.id = ${hookId}`)
   const [row] = await queryRows<DeliveryRow>(db, selectDeliveries(sql.join(conditions, sql` and `)))
   if (!row) throw noSuchDelivery(deliveryId)

@@ -4,6 +4,7 @@ import type { Caller } from '../auth/authenticator.ts'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { FILTER_KEYS } from '../hooks/event-types.ts'
 import { EVENT_ERRORS } from './event-wire.ts'
+import type { SecretBox } from '../lib/secret-box.ts'
 import { eventArgumentsSchema, eventError, eventTypeOf, parse } from './events.ts'
 
 /** docs/mcp.md#poll: at most this many events per poll, and the wait the server suggests between polls. */
@@ -19,22 +20,27 @@ export const PollParams = Type.Object({
   maxEvents: Type.Optional(Type.Integer({ minimum: 1, maximum: POLL_MAX_EVENTS })),
 })
 
+/** Events one poll reads at most, matching or not: a filter that matches little cannot make a poll walk the whole log. */
+const POLL_SCAN = 5_000
+
 /**
- * A position in the account's event log: after the event (`x`: its transaction, `i`: its id),
- * established at `t` (ms). Opaque to clients: base64url of this JSON.
+ * A position in an account's event log: after the event (`x`: its transaction, `i`: its id),
+ * established at `t` (ms), for that account (`a`). Sealed with the service's key (src/lib/secret-box.ts),
+ * so a client can neither read nor forge one: a made-up position could skip the retention check.
  */
 interface Position {
+  a: string
   x: string
   i: string
   t: number
 }
 
-const encode = (position: Position) => Buffer.from(JSON.stringify(position)).toString('base64url')
+const encode = (box: SecretBox, position: Position) => box.seal(JSON.stringify(position))
 
-function decode(cursor: string): Position {
+async function decode(box: SecretBox, cursor: string, accountId: string): Promise<Position> {
   try {
-    const position = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as Position
-    if (/^\d{1,20}$/.test(position.x) && typeof position.i === 'string' && position.i.length <= 64 && Number.isSafeInteger(position.t)) return position
+    const position = JSON.parse(await box.open(cursor)) as Position
+    if (position.a === accountId && /^\d{1,20}$/.test(position.x) && typeof position.i === 'string' && Number.isSafeInteger(position.t)) return position
   } catch {
     // Not one of ours: refused below.
   }
@@ -62,49 +68,69 @@ export interface PollResult {
  * event can commit later at a position the cursor has passed. Event ids alone would not do: an
  * id is made before its transaction commits, and a slow one commits after a later id was read.
  *
- * A null cursor starts from now (no events, a fresh cursor). A cursor older than the retention
+ * A poll reads at most POLL_SCAN events: past that it answers what matched so far with a cursor
+ * where it stopped and `hasMore: true`. A null cursor starts from now (no events, a fresh cursor). A cursor older than the retention
  * (EVENT_RETENTION_DAYS) or than `maxAgeMs` starts from now too, with `truncated: true`: the
  * events in between may be gone, or are older than the client wants. Holds no state: the cursor
  * says everything.
  */
-export async function pollEvents(deps: { db: Database; retentionDays: number }, caller: Caller, rawParams: unknown, now = Date.now()): Promise<PollResult> {
+export async function pollEvents(deps: { db: Database; secretBox: SecretBox; retentionDays: number }, caller: Caller, rawParams: unknown, now = Date.now()): Promise<PollResult> {
   const params = parse(PollParams, rawParams)
   const type = eventTypeOf(params.name)
   const args = parse(eventArgumentsSchema(type), params.arguments ?? {}, '/arguments')
-  const position = params.cursor ? decode(params.cursor) : null
+  const position = params.cursor ? await decode(deps.secretBox, params.cursor, caller.accountId) : null
   const [{ horizon }] = (await queryRows<{ horizon: string }>(deps.db, sql`select pg_snapshot_xmin(pg_current_snapshot())::text as horizon`)) as [{ horizon: string }]
   // Everything before the horizon: the transaction just below it has ended.
-  const fromNow: Position = { x: (BigInt(horizon) - 1n).toString(), i: AFTER_ALL_IDS, t: now }
-  const empty = (truncated: boolean): PollResult => ({ events: [], cursor: encode(fromNow), truncated, hasMore: false, nextPollMs: NEXT_POLL_MS })
+  const fromNow: Position = { a: caller.accountId, x: (BigInt(horizon) - 1n).toString(), i: AFTER_ALL_IDS, t: now }
+  const empty = async (truncated: boolean): Promise<PollResult> => ({ events: [], cursor: await encode(deps.secretBox, fromNow), truncated, hasMore: false, nextPollMs: NEXT_POLL_MS })
   if (!position) return empty(false)
   const oldest = Math.max(now - deps.retentionDays * 86_400_000, params.maxAgeMs == null ? -Infinity : now - params.maxAgeMs)
   if (position.t < oldest) return empty(true)
 
   const limit = params.maxEvents ?? POLL_DEFAULT_EVENTS
   const contacts = args[FILTER_KEYS[type]] as string[] | undefined
-  const contactOf = sql`(e.payload::jsonb #>> ${`{data,message,${FILTER_KEYS[type]}}`})`
-  const rows = await queryRows<{ id: string; xact: string; payload: string }>(
+  const contactOf = sql`(s.payload::jsonb #>> ${`{data,message,${FILTER_KEYS[type]}}`})`
+  // The events read (at most POLL_SCAN), the page of those that match (one more than asked, to know whether
+  // there are more), and one last row, its payload null, naming the last event read and how many were.
+  const rows = await queryRows<{ id: string; xact: string; payload: string | null; scanned: number | null }>(
     deps.db,
-    sql`select e.id, e.xact::text as xact, e.payload from events e
-        where e.account_id = ${caller.accountId} and e.type = ${type} and not e.test
-          and (e.xact, e.id) > (${position.x}::xid8, ${position.i}) and e.xact < ${horizon}::xid8
-          ${contacts ? sql`and ${contactOf} in (${sql.join(contacts.map((contact) => sql`${contact}`), sql`, `)})` : sql``}
-        order by e.xact, e.id
-        limit ${limit + 1}`,
+    sql`with scanned as (
+          select e.id, e.xact, e.payload, e.test from events e
+          where e.account_id = ${caller.accountId} and e.type = ${type}
+            and (e.xact, e.id) > (${position.x}::xid8, ${position.i}) and e.xact < ${horizon}::xid8
+          order by e.xact, e.id
+          limit ${POLL_SCAN}
+        ),
+        matched as (
+          select s.id, s.xact, s.payload from scanned s
+          where not s.test ${contacts ? sql`and ${contactOf} in (${sql.join(contacts.map((contact) => sql`${contact}`), sql`, `)})` : sql``}
+          order by s.xact, s.id
+          limit ${limit + 1}
+        )
+        select m.id, m.xact::text as xact, m.payload, null::int as scanned from matched m
+        union all
+        select l.id, l.xact::text, null, (select count(*)::int from scanned) from (select id, xact from scanned order by xact desc, id desc limit 1) l`,
   )
-  const page = rows.slice(0, limit)
-  const hasMore = rows.length > limit
+  const found = rows.filter((row) => row.payload !== null).sort((a, b) => (BigInt(a.xact) === BigInt(b.xact) ? (a.id < b.id ? -1 : 1) : BigInt(a.xact) < BigInt(b.xact) ? -1 : 1))
+  const lastRead = rows.find((row) => row.payload === null)
+  const page = found.slice(0, limit)
   const last = page.at(-1)
-  // A full page ends at its last event; otherwise everything below the horizon has been read.
-  const next: Position = hasMore && last ? { x: last.xact, i: last.id, t: now } : fromNow
+  // A full page ends at its last event; a poll that read all it may ends where it stopped reading;
+  // otherwise everything below the horizon has been read.
+  const next: Position =
+    found.length > limit && last
+      ? { a: caller.accountId, x: last.xact, i: last.id, t: now }
+      : lastRead && Number(lastRead.scanned) >= POLL_SCAN
+        ? { a: caller.accountId, x: lastRead.xact, i: lastRead.id, t: now }
+        : fromNow
   return {
     events: page.map((row) => {
-      const event = JSON.parse(row.payload) as { id: string; type: string; timestamp: string; data: Record<string, unknown> }
+      const event = JSON.parse(row.payload!) as { id: string; type: string; timestamp: string; data: Record<string, unknown> }
       return { eventId: event.id, name: event.type, timestamp: event.timestamp, data: event.data }
     }),
-    cursor: encode(next),
+    cursor: await encode(deps.secretBox, next),
     truncated: false,
-    hasMore,
+    hasMore: next !== fromNow,
     nextPollMs: NEXT_POLL_MS,
   }
 }

@@ -77,6 +77,8 @@ export async function endEventSubscription(db: Database, accountId: string, gran
 
 const SWEEP_INTERVAL_MS = 2_000
 const SWEEP_BATCH = 100
+/** A terminated envelope is one attempt, given at most this long (or WEBHOOK_TIMEOUT_MS when shorter). */
+const ENVELOPE_TIMEOUT_MS = 5_000
 
 export interface EventSubscriptionSweepDeps {
   db: Database
@@ -86,44 +88,68 @@ export interface EventSubscriptionSweepDeps {
 }
 
 /**
- * Deletes ended and expired subscriptions (their pending deliveries go with them), and sends each
- * ended one's callback the extension's `terminated` envelope, signed, through the outbound guard.
- * Rows are taken `FOR UPDATE SKIP LOCKED`, so instances sweeping together never take one twice.
- * The envelope is one attempt, after the row is gone: it tells a receiver that is there; one
- * that is not learns it at its next refresh, which creates the subscription afresh or is refused
- * (docs/mcp.md#events). An expired subscription gets no envelope: its client stopped refreshing.
+ * Deletes ended and expired subscriptions (their pending deliveries go with them), a hundred rows
+ * per statement until none is left, and sends each ended one's callback the extension's
+ * `terminated` envelope, signed, through the outbound guard. Rows are taken `FOR UPDATE SKIP
+ * LOCKED`, so instances sweeping together never take one twice. The envelopes are sent beside the
+ * sweep, not in its way (a callback that never answers delays no one): `sending` settles when they
+ * have. Each is one attempt of at most 5 s, after the row is gone: it tells a receiver that is
+ * there; one that is not learns it at its next refresh, which creates the subscription afresh or is
+ * refused (docs/mcp.md#events). An expired subscription gets no envelope: its client stopped refreshing.
  */
-export async function sweepEventSubscriptions(deps: EventSubscriptionSweepDeps): Promise<number> {
-  const rows = await queryRows<{ id: string; target_url: string; secret_ciphertext: string; status: string; disabled_reason: string | null }>(
-    deps.db,
-    sql`delete from hooks where id in (
-          select id from hooks
-          where grant_id is not null and (status = 'terminated' or expires_at <= now())
-          order by id limit ${SWEEP_BATCH}
-          for update skip locked
-        )
-        returning id, target_url, secret_ciphertext, status, disabled_reason`,
+export async function sweepEventSubscriptions(deps: EventSubscriptionSweepDeps): Promise<{ removed: number; sending: Promise<void> }> {
+  type Row = { id: string; target_url: string; secret_ciphertext: string; status: string; disabled_reason: string | null }
+  const ended: Row[] = []
+  let removed = 0
+  for (;;) {
+    const rows = await queryRows<Row>(
+      deps.db,
+      sql`delete from hooks where id in (
+            select id from hooks
+            where grant_id is not null and (status = 'terminated' or expires_at <= now())
+            order by id limit ${SWEEP_BATCH}
+            for update skip locked
+          )
+          returning id, target_url, secret_ciphertext, status, disabled_reason`,
+    )
+    removed += rows.length
+    ended.push(...rows.filter((row) => row.status === 'terminated'))
+    if (rows.length < SWEEP_BATCH) break
+  }
+  const send = { ...deps.send, timeoutMs: Math.min(deps.send.timeoutMs, ENVELOPE_TIMEOUT_MS) }
+  const sending = Promise.all(
+    ended.map(async (row) => {
+      const secret = await deps.secretBox.open(row.secret_ciphertext)
+      const result = await sendWebhook(
+        { url: row.target_url, id: controlMessageId('terminated'), body: terminatedBody(row.disabled_reason ?? 'Ended'), secrets: [secret], headers: { [SUBSCRIPTION_ID_HEADER]: row.id } },
+        send,
+      )
+      deps.logger.info('event subscription terminated', { subscription_id: row.id, reason: row.disabled_reason, status_code: result.status, error: result.error })
+    }),
+  ).then(
+    () => undefined,
+    (error: unknown) => deps.logger.warn('sending terminated envelopes failed', { error: String(error) }),
   )
-  await Promise.all(
-    rows
-      .filter((row) => row.status === 'terminated')
-      .map(async (row) => {
-        const secret = await deps.secretBox.open(row.secret_ciphertext)
-        const result = await sendWebhook(
-          { url: row.target_url, id: controlMessageId('terminated'), body: terminatedBody(row.disabled_reason ?? 'Ended'), secrets: [secret], headers: { [SUBSCRIPTION_ID_HEADER]: row.id } },
-          deps.send,
-        )
-        deps.logger.info('event subscription terminated', { subscription_id: row.id, reason: row.disabled_reason, status_code: result.status, error: result.error })
-      }),
-  )
-  return rows.length
+  return { removed, sending }
 }
 
+/** Sweeps every 2 s; stopping waits for the sweep under way and for the envelopes still being sent. */
 export function startEventSubscriptionSweep(deps: EventSubscriptionSweepDeps): { stop(): Promise<void> } {
-  return startPeriodicSweep({
-    sweep: () => sweepEventSubscriptions(deps),
+  const sending = new Set<Promise<void>>()
+  const sweep = startPeriodicSweep({
+    sweep: async () => {
+      const run = await sweepEventSubscriptions(deps)
+      sending.add(run.sending)
+      void run.sending.finally(() => sending.delete(run.sending))
+    },
     intervalMs: SWEEP_INTERVAL_MS,
     logger: deps.logger,
     failure: 'sweeping MCP event subscriptions failed',
   })
+  return {
+    async stop() {
+      await sweep.stop()
+      await Promise.all(sending)
+    },
+  }
 }

@@ -1,10 +1,11 @@
-import { and, count, eq, isNull, sql } from 'drizzle-orm'
+import { and, count, eq, isNotNull, isNull, sql } from 'drizzle-orm'
 import { Type, type Static, type TSchema } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { ProtocolError } from '@modelcontextprotocol/server'
 import type { Caller } from '../auth/authenticator.ts'
 import { sendWebhook } from '../delivery/send.ts'
-import { grants, hooks } from '../lib/db/schema.ts'
+import { accounts, grants, hooks } from '../lib/db/schema.ts'
+import { markDue } from '../delivery/queue.ts'
 import { isUniqueViolation } from '../lib/db/errors.ts'
 import { ApiError } from '../lib/errors.ts'
 import { constantTimeEqual } from '../lib/crypto.ts'
@@ -155,8 +156,10 @@ export async function subscribe(deps: ToolDeps, caller: Caller, rawParams: unkno
   const contacts = args[FILTER_KEYS[type]] as string[] | undefined
   try {
     await deps.db.transaction(async (tx) => {
-      // Subscribes of one grant queue on its row, so each counts what the one before committed; a revocation
-      // (src/oauth/revocation.ts) takes the same row, so a subscription is never made for a grant being revoked.
+      // Subscribes of one account queue on its row, so each counts what the one before committed (as REST creates
+      // do, src/hooks/service.ts); a revocation (src/oauth/revocation.ts) takes the grant's row, so a subscription
+      // is never made for a grant being revoked.
+      await tx.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, caller.accountId)).for('no key update')
       const [grant] = await tx.select({ id: grants.id }).from(grants).where(and(eq(grants.id, grantId), isNull(grants.revokedAt))).for('no key update')
       if (!grant) throw eventError(EVENT_ERRORS.Forbidden, 'Forbidden: access revoked.')
       const [held] = await tx.select({ n: count() }).from(hooks).where(eq(hooks.grantId, grantId))
@@ -165,6 +168,15 @@ export async function subscribe(deps: ToolDeps, caller: Caller, rawParams: unkno
           EVENT_ERRORS.ResourceExhausted,
           `This agent already holds ${SUBSCRIPTIONS_PER_GRANT} event subscriptions, the most one grant may hold: unsubscribe from one first.`,
           { limit: 'subscriptions', max: SUBSCRIPTIONS_PER_GRANT },
+        )
+      }
+      // Every grant of the account together: an agent that signs in again and again gets a new grant each time.
+      const [accountHeld] = await tx.select({ n: count() }).from(hooks).where(and(eq(hooks.accountId, caller.accountId), isNotNull(hooks.grantId)))
+      if (accountHeld!.n >= deps.hooksPerAccount) {
+        throw eventError(
+          EVENT_ERRORS.ResourceExhausted,
+          `This account's agents already hold ${deps.hooksPerAccount} event subscriptions, the most an account may hold (HOOKS_PER_ACCOUNT): the account's owner can end some under Connected apps.`,
+          { limit: 'account_subscriptions', max: deps.hooksPerAccount },
         )
       }
       await tx.insert(hooks).values({
@@ -180,8 +192,14 @@ export async function subscribe(deps: ToolDeps, caller: Caller, rawParams: unkno
       })
     })
   } catch (error) {
+    if (!isUniqueViolation(error)) throw error
     // The same key subscribed at the same moment by another request: this one is then a refresh.
-    if (!isUniqueViolation(error) || !(await refresh(deps, { id, grantId, secret, secretCiphertext, expiresAt }))) throw error
+    if (await refresh(deps, { id, grantId, secret, secretCiphertext, expiresAt })) return result
+    // Or the row is still there, ended (by the owner, or a revocation) and waiting for its terminated envelope.
+    throw eventError(EVENT_ERRORS.ResourceExhausted, 'The subscription with this key was just ended and is being removed: subscribe again in a few seconds.', {
+      limit: 'ending',
+      retryAfterMs: 5_000,
+    })
   }
   return result
 }
@@ -211,12 +229,16 @@ async function refresh(
     })
     .where(and(eq(hooks.id, input.id), eq(hooks.grantId, input.grantId), sql`${hooks.status} <> 'terminated'`))
     .returning({ id: hooks.id })
-  return updated.length > 0
+  if (updated.length === 0) return false
+  // The claim takes an expired subscription off the queue; renewed before the sweep deleted it, it has to be put back.
+  await deps.db.execute(markDue(sql`select ${input.id}::text`))
+  return true
 }
 
 /** The extension's `lastError` categories, from an attempt's result (never the receiver's own words). */
 function failureCategory(status: number | null, error: string | null): string {
-  if (status !== null) return status >= 500 ? 'http_5xx' : status >= 200 && status < 300 ? 'challenge_failed' : 'http_4xx'
+  // A 2xx without the echo, or a redirect (never followed), reached the receiver but did not verify.
+  if (status !== null) return status >= 500 ? 'http_5xx' : status >= 400 ? 'http_4xx' : 'challenge_failed'
   if (error && /timed out/i.test(error)) return 'timeout'
   if (error && /tls|certificate|ssl/i.test(error)) return 'tls_error'
   return 'connection_refused'

@@ -75,20 +75,33 @@ const UNCHECKED = { params: { '~standard': { version: 1, vendor: 'messaging-serv
 function serverFor(deps: McpServerDeps, { caller, requestId }: RequestBinding, options: { events: boolean }): Server {
   const capabilities = options.events ? { tools: {}, events: {}, extensions: { [EVENTS_EXTENSION]: {} } } : { tools: {} }
   const server = new Server(SERVER_INFO, { capabilities, instructions: INSTRUCTIONS })
+  // The SDK answers a handler's exception with its message: anything but a protocol error (a database error, a
+  // bug) is logged here and answered as an internal error naming the request, never in its own words.
+  const guarded =
+    <P, R>(handler: (params: P) => Promise<R> | R) =>
+    async (params: P): Promise<R> => {
+      try {
+        return await handler(params)
+      } catch (error) {
+        if (error instanceof ProtocolError) throw error
+        deps.logger.error('MCP request failed', { request_id: requestId, error: String(error) })
+        throw new ProtocolError(ProtocolErrorCode.InternalError, `Internal error; the request id is ${requestId}.`)
+      }
+    }
   if (options.events) {
-    server.setRequestHandler('events/list', UNCHECKED, () => listEvents())
-    server.setRequestHandler('events/subscribe', UNCHECKED, (params) => subscribe(deps, caller, params))
-    server.setRequestHandler('events/unsubscribe', UNCHECKED, (params) => unsubscribe(deps, caller, params))
-    server.setRequestHandler('events/poll', UNCHECKED, (params) => pollEvents(deps, caller, params))
+    server.setRequestHandler('events/list', UNCHECKED, guarded(() => listEvents()))
+    server.setRequestHandler('events/subscribe', UNCHECKED, guarded((params) => subscribe(deps, caller, params)))
+    server.setRequestHandler('events/unsubscribe', UNCHECKED, guarded((params) => unsubscribe(deps, caller, params)))
+    server.setRequestHandler('events/poll', UNCHECKED, guarded((params) => pollEvents(deps, caller, params)))
   }
   server.setRequestHandler('tools/list', () => ({ tools: TOOL_LIST }))
-  server.setRequestHandler('tools/call', async ({ params }): Promise<CallToolResult> => {
+  server.setRequestHandler('tools/call', guarded(async ({ params }): Promise<CallToolResult> => {
     const outcome = await callTool(deps, caller, params.name, params.arguments)
     if (!outcome) throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool: ${params.name}. tools/list names the tools.`)
     if (outcome.ok) return { content: [{ type: 'text', text: JSON.stringify(outcome.result) }], structuredContent: outcome.result }
     // The same problem body REST would answer, so a model reads the same field errors.
     const problem = problemBody(outcome.error, requestId, deps.publicUrl)
     return { isError: true, content: [{ type: 'text', text: JSON.stringify(problem) }] }
-  })
+  }))
   return server
 }

@@ -68,7 +68,8 @@ function memoryStore(): MCPEventStore & { all: Map<string, MCPEventSubscription>
 }
 
 const callbacks = startCallbackServer()
-const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_CA_FILE: callbacks.caFile, WEBHOOK_RETRY_SCHEDULE: '0,200ms,500ms' } })
+// HOOKS_PER_ACCOUNT 30: the account-wide bound of agents' subscriptions, above one grant's 25.
+const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_CA_FILE: callbacks.caFile, WEBHOOK_RETRY_SCHEDULE: '0,200ms,500ms', HOOKS_PER_ACCOUNT: '30' } })
 const mcpUrl = `${server.config.baseUrl}/mcp`
 
 const eventsToken = (fixture: Fixture, scope = 'hooks:read messages:read') => tokenFor(server, fixture, { scope, resource: mcpUrl })
@@ -258,7 +259,7 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
     expect(missing.body.error).toMatchObject({ code: -32023, data: { kind: 'subscription' } })
   })
 
-  test(`a grant holds at most ${SUBSCRIPTIONS_PER_GRANT} subscriptions: the next is ResourceExhausted`, async () => {
+  test(`a grant holds at most ${SUBSCRIPTIONS_PER_GRANT} subscriptions, an account's agents HOOKS_PER_ACCOUNT: the next is ResourceExhausted`, async () => {
     const fixture = await flowFixture(server)
     const token = await eventsToken(fixture)
     const callback = echoingCallback('/many')
@@ -268,6 +269,18 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
     }
     const refused = await rpc(token, 'events/subscribe', { name: 'message.inbound', arguments: {}, delivery: { mode: 'webhook', url: callback.url, secret: secret() } })
     expect(refused.body.error).toMatchObject({ code: -32025, data: { limit: 'subscriptions', max: SUBSCRIPTIONS_PER_GRANT } })
+
+    // Signing in again makes another grant, with room of its own, but the account's agents hold HOOKS_PER_ACCOUNT (30) at most.
+    const again = await eventsToken(fixture)
+    for (let i = 0; i < 5; i++) {
+      const made = await rpc(again, 'events/subscribe', { name: 'message.failed', arguments: { to: [`+1555100${String(i).padStart(4, '0')}`] }, delivery: { mode: 'webhook', url: callback.url, secret: secret() } })
+      expect(made.body.result?.id).toMatch(/^evs_/)
+    }
+    const full = await rpc(again, 'events/subscribe', { name: 'message.failed', arguments: {}, delivery: { mode: 'webhook', url: callback.url, secret: secret() } })
+    expect(full.body.error).toMatchObject({ code: -32025, data: { limit: 'account_subscriptions', max: 30 } })
+    // REST webhooks are counted apart: the account can still make one.
+    const rest = await server.fetch(`/v0/account/${fixture.accountId}/hooks?key=${fixture.apiKey}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ event: 'message.inbound', target_url: 'https://hooks.example.com/rest' }) })
+    expect(rest.status).toBe(201)
   })
 
   test('grantedTtlMs: the suggestion within bounds; none is the default; null (no expiry) is the longest finite grant', () => {
@@ -355,8 +368,23 @@ describe('the owner and the end of a subscription', () => {
     await Bun.sleep(1_000)
     expect(callback.bodies.filter((body) => body.data?.message.body === 'refuse me')).toHaveLength(1)
     expect(answered).toBe(2)
-    const rows = await server.database.handle.db.execute(`select status from hooks where id = '${id}'`)
-    expect(JSON.stringify(rows)).toContain('active')
+    // Active, and the refusal did not start the clock of five days of failures that disables a subscription.
+    const rows = await server.database.handle.db.execute(`select status, failing_since from hooks where id = '${id}'`)
+    expect(JSON.stringify(rows)).toContain('"status":"active"')
+    expect(JSON.stringify(rows)).toContain('"failing_since":null')
+    // The agent's delivery log is not the account's: the REST delivery routes do not find it.
+    const delivery = JSON.stringify(await server.database.handle.db.execute(`select id from deliveries where hook_id = '${id}' limit 1`)).match(/dlv_[0-9a-z]+/)![0]
+    expect((await server.fetch(`/v0/account/${fixture.accountId}/deliveries/${delivery}?key=${fixture.apiKey}`)).status).toBe(404)
+    expect((await server.fetch(`/v0/account/${fixture.accountId}/deliveries/${delivery}/retry?key=${fixture.apiKey}`, { method: 'POST' })).status).toBe(404)
+  })
+
+  test('subscribing again with the key of a subscription the owner just ended is a clean answer, never a database error', async () => {
+    const { fixture, token, callback, key, id, grantId } = await subscribed('/ended-then-again')
+    expect((await server.fetch(`/v0/account/${fixture.accountId}/grants/${grantId}/event-subscriptions/${id}?key=${fixture.apiKey}`, { method: 'DELETE' })).status).toBe(204)
+    const again = await rpc(token, 'events/subscribe', { name: 'message.inbound', arguments: {}, delivery: { mode: 'webhook', url: callback.url, secret: key } })
+    // Before the sweep has removed the ended row: a retryable refusal; after it: a new subscription with the same id.
+    if (again.body.error) expect(again.body.error).toMatchObject({ code: -32025, data: { limit: 'ending' } })
+    else expect(again.body.result.id).toBe(id)
   })
 })
 
@@ -395,7 +423,10 @@ describe('events/poll', () => {
     await Bun.sleep(20)
     const late = await poll(token, { cursor: start.body.result.cursor, maxAgeMs: 10 })
     expect(late.body.result).toMatchObject({ events: [], truncated: true })
-    for (const cursor of ['not-a-cursor', Buffer.from('{"x":"1; drop table events","i":"","t":0}').toString('base64url')]) {
+    // Made up, or another account's: cursors are sealed with the service's key and bound to their account.
+    const stranger = await flowFixture(server)
+    const strangers = (await poll(await eventsToken(stranger), { cursor: null })).body.result.cursor
+    for (const cursor of ['not-a-cursor', Buffer.from(`{"a":"${fixture.accountId}","x":"0","i":"","t":${Date.now()}}`).toString('base64url'), strangers]) {
       expect((await poll(token, { cursor })).body.error).toMatchObject({ code: -32602 })
     }
     const hooksOnly = await eventsToken(fixture, 'hooks:read')
