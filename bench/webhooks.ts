@@ -210,7 +210,7 @@ interface Rig {
 }
 
 /** Server settings a scenario may set; printed with the defaults of the rest. */
-const WEBHOOK_DEFAULTS = { WEBHOOK_TIMEOUT_MS: '15000', WEBHOOK_RETRY_SCHEDULE: '0,5s,5m,30m,2h,5h,10h,14h,20h,24h', WEBHOOK_CONCURRENCY: '256', WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: '128', HOOKS_PER_ACCOUNT: '100' }
+const WEBHOOK_DEFAULTS = { WEBHOOK_TIMEOUT_MS: '15000', WEBHOOK_RETRY_SCHEDULE: '0,5s,5m,30m,2h,5h,10h,14h,20h,24h', WEBHOOK_CONCURRENCY: '256', WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: '64', HOOKS_PER_ACCOUNT: '100' }
 
 async function startRig(workDir: string, settings: Record<string, string> = {}): Promise<Rig> {
   const receiver = await startReceiver(workDir)

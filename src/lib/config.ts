@@ -19,7 +19,7 @@ const EnvSchema = t.Object({
   WEBHOOK_RETRY_SCHEDULE: t.String({ pattern: '^\\s*\\d+(ms|s|m|h)?(\\s*,\\s*\\d+(ms|s|m|h)?)*\\s*$', default: '0,5s,5m,30m,2h,5h,10h,14h,20h,24h' }),
   WEBHOOK_CA_FILE: t.Optional(t.String({ minLength: 1 })),
   WEBHOOK_CONCURRENCY: t.Integer({ minimum: 1, maximum: 4096, default: 256 }),
-  WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: t.Integer({ minimum: 1, maximum: 1024, default: 128 }),
+  WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: t.Integer({ minimum: 1, maximum: 1024, default: 64 }),
   HOOKS_PER_ACCOUNT: t.Integer({ minimum: 1, maximum: 10_000, default: 100 }),
   EVENT_RETENTION_DAYS: t.Integer({ minimum: 7, maximum: 3650, default: 30 }),
   MCP_ALLOWED_ORIGINS: t.Optional(t.String()),

@@ -21,7 +21,7 @@ describe('loadConfig', () => {
       webhookRetrySchedule: [0, 5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000],
       webhookCaPem: undefined,
       webhookConcurrency: 256,
-      webhookMaxInFlightPerSubscription: 128,
+      webhookMaxInFlightPerSubscription: 64,
       hooksPerAccount: 100,
       eventRetentionDays: 30,
       mcpAllowedOrigins: [],
