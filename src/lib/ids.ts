@@ -57,15 +57,15 @@ export function lowestIdAt(prefix: IdPrefix, time: number): string {
   return `${prefix}_${timeCharacters(time)}${'0'.repeat(16)}`
 }
 
-export function newId(prefix: IdPrefix, now: number = Date.now()): string {
-  let out = `${prefix}_${timeCharacters(now)}`
-  const random = nextRandom(now)
+/** The first `length` characters of `bytes` in Crockford base32, five bits each, most significant first. */
+function base32(bytes: Uint8Array, length: number): string {
+  let out = ''
   let bits = 0
   let value = 0
-  for (let i = 0; i < RANDOM_BYTES_PER_ID; i++) {
-    value = ((value << 8) | random[i]!) & 0xfff
+  for (let i = 0; out.length < length; i++) {
+    value = ((value << 8) | bytes[i]!) & 0xfff
     bits += 8
-    while (bits >= 5) {
+    while (bits >= 5 && out.length < length) {
       out += CROCKFORD[(value >>> (bits - 5)) & 31]
       bits -= 5
     }
@@ -73,24 +73,19 @@ export function newId(prefix: IdPrefix, now: number = Date.now()): string {
   return out
 }
 
+// 80 random bits: 16 characters after the 10 of the time.
+const RANDOM_CHARACTERS = (RANDOM_BYTES_PER_ID * 8) / 5
+
+export function newId(prefix: IdPrefix, now: number = Date.now()): string {
+  return `${prefix}_${timeCharacters(now)}${base32(nextRandom(now), RANDOM_CHARACTERS)}`
+}
+
 /**
  * An id derived from `material` rather than drawn at random: the same material always gives the same
  * id (the first 130 bits of its SHA-256, Crockford base32), in the same alphabet and length as newId's.
  */
 export function derivedId(prefix: IdPrefix, material: string): string {
-  const digest = createHash('sha256').update(material).digest()
-  let out = `${prefix}_`
-  let bits = 0
-  let value = 0
-  for (let i = 0; out.length < prefix.length + 27; i++) {
-    value = ((value << 8) | digest[i]!) & 0xfff
-    bits += 8
-    while (bits >= 5 && out.length < prefix.length + 27) {
-      out += CROCKFORD[(value >>> (bits - 5)) & 31]
-      bits -= 5
-    }
-  }
-  return out
+  return `${prefix}_${base32(createHash('sha256').update(material).digest(), 26)}`
 }
 
 const ID_BODY = /^[0-9a-hjkmnp-tv-z]{26}$/
