@@ -4,7 +4,7 @@ import type { Database, DatabaseTransaction } from '../lib/db/client.ts'
 import { queryRows } from '../lib/db/client.ts'
 import { hooks } from '../lib/db/schema.ts'
 import { isId } from '../lib/ids.ts'
-import type { Logger } from '../lib/logger.ts'
+import { describeError, type Logger } from '../lib/logger.ts'
 import type { SecretBox } from '../lib/secret-box.ts'
 import { startPeriodicSweep } from '../lib/sweep.ts'
 import { circuitState } from '../delivery/circuit.ts'
@@ -128,7 +128,7 @@ export async function sweepEventSubscriptions(deps: EventSubscriptionSweepDeps):
     }),
   ).then(
     () => undefined,
-    (error: unknown) => deps.logger.warn('sending terminated envelopes failed', { error: String(error) }),
+    (error: unknown) => deps.logger.warn('sending terminated envelopes failed', { ...describeError(error) }),
   )
   return { removed, sending }
 }

@@ -8,8 +8,8 @@ import { accounts, grants, hooks } from '../lib/db/schema.ts'
 import { markDue } from '../delivery/queue.ts'
 import { isUniqueViolation } from '../lib/db/errors.ts'
 import { ApiError } from '../lib/errors.ts'
-import { constantTimeEqual } from '../lib/crypto.ts'
-import { derivedId, newId } from '../lib/ids.ts'
+import { constantTimeEqual, newSecret } from '../lib/crypto.ts'
+import { derivedId } from '../lib/ids.ts'
 import { EventSchema } from '../messages/schemas.ts'
 import { plainJsonSchema } from '../hooks/event-catalog.ts'
 import { EVENT_DESCRIPTIONS, EVENT_TYPES, FILTER_KEYS, type EventType } from '../hooks/event-types.ts'
@@ -214,7 +214,7 @@ async function refresh(
     .from(hooks)
     .where(and(eq(hooks.id, input.id), eq(hooks.grantId, input.grantId)))
   if (!existing || existing.status === 'terminated') return false
-  const rotated = (await deps.secretBox.open(existing.secretCiphertext)) !== input.secret
+  const rotated = !constantTimeEqual(await deps.secretBox.open(existing.secretCiphertext), input.secret)
   const updated = await deps.db
     .update(hooks)
     .set({
@@ -250,7 +250,7 @@ function failureCategory(status: number | null, error: string | null): string {
  * these deliveries by echoing the challenge in a 2xx body. Anything else is CallbackEndpointError.
  */
 async function verifyCallback(deps: ToolDeps, input: { id: string; url: string; secret: string }): Promise<void> {
-  const challenge = newId('req').slice(4) + crypto.randomUUID().replaceAll('-', '')
+  const challenge = newSecret('')
   const result = await sendWebhook(
     { url: input.url, id: controlMessageId('verification'), body: verificationBody(challenge), secrets: [input.secret], headers: { [SUBSCRIPTION_ID_HEADER]: input.id } },
     deps.send,
@@ -272,8 +272,10 @@ export async function unsubscribe(deps: ToolDeps, caller: Caller, rawParams: unk
   const params = parse(UnsubscribeParams, rawParams)
   const grantId = grantOf(caller)
   const type = eventTypeOf(params.name)
+  // Checked as subscribing checks them: arguments no subscription could have are refused, not hashed.
+  const args = parse(eventArgumentsSchema(type), params.arguments ?? {}, '/arguments')
   const url = asInvalidParams(() => checkTargetUrl(params.delivery.url, deps), '/delivery/url')
-  const id = subscriptionIdOf(grantId, url, type, params.arguments ?? {})
+  const id = subscriptionIdOf(grantId, url, type, args)
   const deleted = await deps.db
     .delete(hooks)
     .where(and(eq(hooks.id, id), eq(hooks.grantId, grantId)))

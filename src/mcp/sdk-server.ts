@@ -3,6 +3,7 @@ import {
 } from '@modelcontextprotocol/server'
 import type { Caller } from '../auth/authenticator.ts'
 import { problemBody } from '../lib/errors.ts'
+import { describeError } from '../lib/logger.ts'
 import { TOOL_LIST, callTool, type ToolDeps } from './tools.ts'
 import { listEvents, subscribe, unsubscribe } from './events.ts'
 import { pollEvents } from './event-poll.ts'
@@ -84,7 +85,7 @@ function serverFor(deps: McpServerDeps, { caller, requestId }: RequestBinding, o
         return await handler(params)
       } catch (error) {
         if (error instanceof ProtocolError) throw error
-        deps.logger.error('MCP request failed', { request_id: requestId, error: String(error) })
+        deps.logger.error('MCP request failed', { request_id: requestId, ...describeError(error) })
         throw new ProtocolError(ProtocolErrorCode.InternalError, `Internal error; the request id is ${requestId}.`)
       }
     }

@@ -257,6 +257,13 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
     expect(gone.body.result).toMatchObject({ resultType: 'complete' })
     const missing = await rpc(token, 'events/unsubscribe', { name: 'message.delivered', arguments: { to: ['+15550003333'] }, delivery: { url: callback.url } })
     expect(missing.body.error).toMatchObject({ code: -32023, data: { kind: 'subscription' } })
+    // Arguments no subscription could have, however large or deep, are refused as subscribing refuses them.
+    let deep: unknown = 'x'
+    for (let i = 0; i < 1_000; i++) deep = [deep]
+    for (const args of [{ from: ['+15550003333'] }, { to: 'everyone' }, { to: deep }]) {
+      const refused = await rpc(token, 'events/unsubscribe', { name: 'message.delivered', arguments: args, delivery: { url: callback.url } })
+      expect(refused.body.error?.code).toBe(-32602)
+    }
   })
 
   test(`a grant holds at most ${SUBSCRIPTIONS_PER_GRANT} subscriptions, an account's agents HOOKS_PER_ACCOUNT: the next is ResourceExhausted`, async () => {
