@@ -70,6 +70,32 @@ export const DELIVERIES_CHANNEL = 'deliveries_due'
 /** Five days of nothing but failures disable a subscription (docs/api.md#how-deliveries-are-sent); one success resets the clock. */
 export const CONTINUOUS_FAILURE_DISABLES_AFTER_MS = 5 * 24 * 3_600_000
 
+/**
+ * How PostgreSQL plans the delivery worker's statements (claim, record), set on each of its
+ * connections (src/delivery/worker.ts). They are prepared once per connection
+ * (src/lib/db/client.ts), and each keeps one generic plan: planned afresh on every use, the
+ * claim took longer to plan than to run (5.6 ms against 2.5) and planning was 40 % of
+ * PostgreSQL's CPU per delivery (docs/performance.md, issue 25).
+ *
+ * A generic plan is made for the tables as they were at its first use, and the delivery tables
+ * grow from nothing to hundreds of thousands of rows within a minute (a fan-out to a thousand
+ * subscriptions), long before autovacuum analyzes them: a plan made on the empty table scanned
+ * all of it for every batch of attempts recorded (30–70 ms instead of 1; the storm, issue 23).
+ * Every statement of the worker starts from a batch it holds (the subscriptions it claims, the
+ * attempts it records) and reaches each row through an index by key, so the plans are made
+ * with sequential scans, hash joins and merge joins off: the nested loops over indexes they get
+ * are right for a table of any size, and a plan made while a table was empty is right later.
+ * JIT is off: PostgreSQL's default jit_above_cost is far below these statements' estimates, and
+ * compiling the claim cost ~100 ms to save microseconds.
+ */
+export const WORKER_SESSION_SETTINGS = {
+  plan_cache_mode: 'force_generic_plan',
+  enable_seqscan: 'off',
+  enable_hashjoin: 'off',
+  enable_mergejoin: 'off',
+  jit: 'off',
+}
+
 // Any constant works as long as nothing else in the database takes this advisory lock.
 const CLAIM_LOCK = 7_200_011
 
@@ -260,8 +286,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
   const rows = sender.sole
     ? await queryRows<Row>(db, claim)
     : await db.transaction(async (tx) => {
-        // JIT compiling this statement costs ~100 ms (PostgreSQL's default jit_above_cost is far below its estimate) to save microseconds.
-        await tx.execute(sql`select pg_advisory_xact_lock(${CLAIM_LOCK}), set_config('jit', 'off', true)`)
+        await tx.execute(sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`)
         return queryRows<Row>(tx as unknown as Database, claim)
       })
   const visited = Number(rows[0]?.visited ?? 0)

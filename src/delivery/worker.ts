@@ -5,7 +5,7 @@ import type { LogFields } from '../lib/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
 import { sendWebhook, type AttemptResult } from './send.ts'
 import { occurrenceBody, SUBSCRIPTION_ID_HEADER } from '../mcp/event-wire.ts'
-import { DELIVERIES_CHANNEL, claimDueDeliveries, recordDeliveryAttempts, type ClaimedDelivery } from './store.ts'
+import { DELIVERIES_CHANNEL, WORKER_SESSION_SETTINGS, claimDueDeliveries, recordDeliveryAttempts, type ClaimedDelivery } from './store.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './supervisor.ts'
 import { OUTCOME_INDEX, type OutcomeCounts } from '../ops/delivery-counts.ts'
 
@@ -31,17 +31,6 @@ function proxiedStore(): DeliveryStore {
     record: (attempts) => call({ op: 'record', args: attempts }),
   }
 }
-
-/**
- * The worker's statements are prepared once per connection (src/lib/db/client.ts), and
- * PostgreSQL keeps a prepared statement's generic plan, made for the tables as they were then,
- * once it looks no worse than the first five. The delivery tables grow from nothing to hundreds
- * of thousands of rows within a minute (a fan-out to a thousand subscriptions), long before
- * autovacuum analyzes them: a plan made on the empty table scanned all of it for every batch of
- * attempts recorded (30–70 ms instead of 1, docs/performance.md, the storm). Planned afresh each
- * time, a statement costs a fraction of a millisecond more and follows the table's real size.
- */
-const WORKER_SESSION_SETTINGS = { plan_cache_mode: 'force_custom_plan' }
 
 /**
  * PostgreSQL: a pool of this thread's own, and LISTEN so that commits in any process wake it.

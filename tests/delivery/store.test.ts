@@ -8,11 +8,11 @@ import type { Server } from 'bun'
 import { startTestServer } from '../support/server.ts'
 import { makeCertificates } from '../../fixtures/tls.ts'
 import { deliveries, hooks } from '../../src/lib/db/schema.ts'
-import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS, claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
+import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS, WORKER_SESSION_SETTINGS, claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
 import { decideAfterAttempt, type DeliveryDecision } from '../../src/delivery/policy.ts'
 import { markHooksDueUnlessHeld } from '../../src/delivery/queue.ts'
 import { sendWebhook } from '../../src/delivery/send.ts'
-import { postgresDatabase } from '../../src/lib/db/client.ts'
+import { postgresClient, postgresDatabase, preparedDrizzle, queryRows } from '../../src/lib/db/client.ts'
 
 /** The deliveries a claim leased. */
 const claimRows = async (...args: Parameters<typeof claimDueDeliveries>) => (await claimDueDeliveries(...args)).deliveries
@@ -505,6 +505,53 @@ describe('isolation in the claim (src/delivery/dispatcher.ts)', () => {
       expect(count(await claimRows(db, options), a.hook.id)).toBe(1)
     } finally {
       await holder.close()
+    }
+  })
+})
+
+describe("the worker's plans (PostgreSQL)", () => {
+  const options = { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 10, maxPerHook: 64, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }
+  /** What the worker's statements read of `deliveries`, as PostgreSQL counts it. */
+  const deliveriesRead = async () => {
+    const [row] = await queryRows<{ seq_scan: string; seq_tup_read: string; idx_tup_fetch: string }>(
+      db,
+      sql`select seq_scan, seq_tup_read, coalesce(idx_tup_fetch, 0) as idx_tup_fetch from pg_stat_user_tables where relname = 'deliveries'`,
+    )
+    return { seqScans: Number(row!.seq_scan), rowsRead: Number(row!.seq_tup_read) + Number(row!.idx_tup_fetch) }
+  }
+
+  test.if(!!server.database.url)('plans made while the table was small still reach rows by key once it holds 20,000 more', async () => {
+    const worker = postgresClient(server.database.url!, { max: 1, settings: WORKER_SESSION_SETTINGS })
+    const workerDb = preparedDrizzle(worker)
+    // The worker's counters reach pg_stat_user_tables when its connection next goes idle after this.
+    const flushStatistics = () => worker`select pg_stat_force_next_flush()`
+    try {
+      await db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
+      const { owner, hook } = await eventFor('/plans')
+      const roundTrip = async () => {
+        const claimed = (await claimDueDeliveries(workerDb, options)).deliveries
+        await recordDeliveryAttempts(workerDb, claimed.map((item) => ({ deliveryId: item.id, hookId: item.hookId, result: okAttempt, decision: { kind: 'delivered' as const } })))
+        return claimed
+      }
+      // The plans are made here, on the table as it is now (prepared statements keep them).
+      expect((await roundTrip()).length).toBe(1)
+      const other = await eventFor('/plans-other')
+      await db.execute(sql`update deliveries set status = 'delivered' where hook_id = ${other.hook.id}`)
+      const [event] = await queryRows<{ event_id: string }>(db, sql`select event_id from deliveries where hook_id = ${other.hook.id} limit 1`)
+      await db.execute(sql`insert into deliveries (id, event_id, hook_id, status, next_attempt_at)
+        select 'dlv_plans' || g, ${event!.event_id}, ${other.hook.id}, case when g % 2 = 0 then 'delivered' else 'pending' end, now() + interval '1 day'
+        from generate_series(1, 20000) g`)
+      await moreInbound(owner, 3)
+      await flushStatistics()
+      const before = await deliveriesRead()
+      expect((await roundTrip()).map((item) => item.hookId)).toEqual([hook.id, hook.id, hook.id])
+      await flushStatistics()
+      const after = await deliveriesRead()
+      expect(after.seqScans - before.seqScans).toBe(0)
+      // A claim and a record of three deliveries read tens of rows, not the table.
+      expect(after.rowsRead - before.rowsRead).toBeLessThan(500)
+    } finally {
+      await worker.end({ timeout: 5 })
     }
   })
 })
