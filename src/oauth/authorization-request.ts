@@ -3,7 +3,8 @@ import { Value } from '@sinclair/typebox/value'
 import type { OAuthErrorCode } from '../lib/errors.ts'
 import { isLoopbackHost } from '../lib/loopback.ts'
 import { SCOPES, isScope, splitScope, type Scope } from '../auth/scopes.ts'
-import { ClientLookupError, type ClientDirectory, type OAuthClient } from './clients.ts'
+import type { ClientDirectory } from './client-directory.ts'
+import { ClientLookupError, type OAuthClient } from './client-model.ts'
 import { AuthorizeQuery } from './schemas.ts'
 
 export const DEFAULT_SCOPE: readonly Scope[] = ['account:read', 'hooks:read', 'hooks:write']

@@ -4,8 +4,7 @@ import type { Database } from '../lib/db/client.ts'
 import { oauthClients } from '../lib/db/schema.ts'
 import { OAuthError, describeSchemaViolation } from '../lib/errors.ts'
 import { BodyTooLarge, TargetRefused, describeNetworkError, fetchPinned, isTimeout, readLimited, type OutboundPolicy } from '../lib/outbound.ts'
-import { ClientLookupError, type ClientMetadata, type OAuthClient } from './clients.ts'
-import { validateClientMetadata, type ClientRegistrationRequestBody } from './register.ts'
+import { ClientLookupError, asClient, storedColumns, validateClientMetadata, type ClientMetadata, type ClientRegistrationRequestBody, type OAuthClient } from './client-model.ts'
 import { ClientRegistrationRequest } from './schemas.ts'
 
 /**
@@ -123,7 +122,7 @@ export async function fetchMetadataDocument(url: string, options: FetchDocumentO
 }
 
 /**
- * The draft's rules and the registration rules (src/oauth/register.ts, the same functions
+ * The draft's rules and the registration rules (src/oauth/client-model.ts, the same functions
  * POST /auth/register runs) applied to a fetched document; its metadata with the registration
  * defaults, or ClientLookupError.
  */
@@ -160,31 +159,6 @@ export function validateMetadataDocument(url: string, document: unknown): Client
     throw error
   }
 }
-
-/** What the OAuth endpoints see of a document client: its id is the URL. */
-function asClient(url: string, metadata: ClientMetadata, createdAt: Date): OAuthClient {
-  return {
-    id: url,
-    clientName: metadata.client_name ?? null,
-    redirectUris: metadata.redirect_uris,
-    grantTypes: metadata.grant_types,
-    responseTypes: metadata.response_types,
-    tokenEndpointAuthMethod: metadata.token_endpoint_auth_method,
-    applicationType: metadata.application_type,
-    scope: metadata.scope ?? null,
-    createdAt,
-  }
-}
-
-const storedColumns = (client: OAuthClient) => ({
-  clientName: client.clientName,
-  redirectUris: client.redirectUris,
-  grantTypes: client.grantTypes,
-  responseTypes: client.responseTypes,
-  tokenEndpointAuthMethod: client.tokenEndpointAuthMethod,
-  applicationType: client.applicationType,
-  scope: client.scope,
-})
 
 export interface MetadataDocumentClientsOptions {
   /** WEBHOOK_ALLOW_PRIVATE_TARGETS and WEBHOOK_CA_FILE: the same rules as webhook deliveries. */

@@ -26,7 +26,7 @@ const scopeDescription = `Space-separated scopes, each one of: ${SCOPES.join(', 
  * `contacts`, …) are allowed and ignored (§2: the server MAY ignore metadata it does not
  * understand; real MCP clients send them). Shapes and lengths are checked here; what a schema
  * cannot say (what a redirect URI may be, which scopes exist) is checked by
- * `validateClientMetadata` in register.ts.
+ * `validateClientMetadata` in client-model.ts.
  */
 export const ClientRegistrationRequest = t.Object(
   {

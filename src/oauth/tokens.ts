@@ -1,5 +1,5 @@
 import type { Static } from 'elysia'
-import type { ClientDirectory } from './clients.ts'
+import type { ClientDirectory } from './client-directory.ts'
 import type { Database } from '../lib/db/client.ts'
 import type { grants } from '../lib/db/schema.ts'
 import { OAuthError } from '../lib/errors.ts'
@@ -18,7 +18,7 @@ export const REFRESH_TOKEN_LIFETIME_SECONDS = 30 * 24 * 3600
 
 export interface TokenDeps {
   db: Database
-  /** Where clients are looked up (src/oauth/clients.ts). */
+  /** Where clients are looked up (src/oauth/client-directory.ts). */
   clients: ClientDirectory
   signer: TokenSigner
   secretBox: SecretBox

@@ -7,7 +7,8 @@ import { newId } from '../../src/lib/ids.ts'
 import { createLogger } from '../../src/lib/logger.ts'
 import { httpFoundation } from '../../src/lib/http.ts'
 import { authorizeRoutes } from '../../src/oauth/authorize.ts'
-import type { ClientDirectory, OAuthClient } from '../../src/oauth/clients.ts'
+import type { ClientDirectory } from '../../src/oauth/client-directory.ts'
+import type { OAuthClient } from '../../src/oauth/client-model.ts'
 
 const server = await startTestServer()
 const issuer = `${server.origin}/v0`
@@ -282,7 +283,7 @@ test('POST /auth/authorize ignores unknown members too', async () => {
 
 describe('a client ID metadata document client', () => {
   // The authorize routes over a real socket, with a directory that answers for a metadata
-  // document's URL as src/oauth/clients.ts does (the client's id is the URL), so this test
+  // document's URL as src/oauth/client-directory.ts does (the client's id is the URL), so this test
   // does not depend on fetching a document.
   const documentUrl = 'https://client.example.com/oauth/<client>.json'
   let origin = ''

@@ -3,7 +3,8 @@ import { eq, like } from 'drizzle-orm'
 import { startTestServer } from '../support/server.ts'
 import { oauthClients, rateLimits } from '../../src/lib/db/schema.ts'
 import { isId } from '../../src/lib/ids.ts'
-import { REGISTRATION_RATE_LIMIT, clientNameProblem, isOnDeviceRedirect, redirectUriProblem, validateClientMetadata } from '../../src/oauth/register.ts'
+import { REGISTRATION_RATE_LIMIT } from '../../src/oauth/register.ts'
+import { clientNameProblem, isOnDeviceRedirect, redirectUriProblem, validateClientMetadata } from '../../src/oauth/client-model.ts'
 
 const server = await startTestServer()
 const db = server.database.handle.db

@@ -4,7 +4,7 @@ import { authorizationCodes, grants, refreshTokens, users } from '../../lib/db/s
 import { OAuthError } from '../../lib/errors.ts'
 import { constantTimeEqual, newSecret, sha256Hex } from '../../lib/crypto.ts'
 import { newId } from '../../lib/ids.ts'
-import { requireClient } from '../clients.ts'
+import { requireClient } from '../client-directory.ts'
 import type { ValidAuthorizationRequest } from '../authorization-request.ts'
 import { idTokenAudience } from '../sign-in.ts'
 import { revokeGrant } from '../revocation.ts'

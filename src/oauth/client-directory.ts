@@ -1,31 +1,12 @@
 import { eq } from 'drizzle-orm'
-import type { Static } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import { oauthClients } from '../lib/db/schema.ts'
 import { OAuthError } from '../lib/errors.ts'
-import { isId, newId } from '../lib/ids.ts'
+import { isId } from '../lib/ids.ts'
 import { TtlCache } from '../lib/cache.ts'
 import type { OutboundPolicy } from '../lib/outbound.ts'
-import type { ClientRegistrationResponse } from './schemas.ts'
+import { ClientLookupError, type OAuthClient } from './client-model.ts'
 import { createMetadataDocumentClients, isMetadataDocumentClientId } from './client-metadata-document.ts'
-
-/**
- * An OAuth client, as stored: a registration (`cli_…`) or a client ID metadata document's
- * client, whose id is the document's URL (src/oauth/client-metadata-document.ts).
- */
-export type OAuthClient = typeof oauthClients.$inferSelect
-
-export type ClientRegistration = Static<typeof ClientRegistrationResponse>
-
-/** The metadata a client is registered with, defaults applied: RFC 7591 §2 names. */
-export type ClientMetadata = Omit<ClientRegistration, 'client_id' | 'client_id_issued_at'>
-
-/**
- * A client that names itself but cannot be used, with why in words a person can act on (a client
- * ID metadata document that could not be fetched or is invalid). Shown on an error page at the
- * authorize endpoint; `invalid_client` at the token endpoints.
- */
-export class ClientLookupError extends Error {}
 
 /**
  * Where the OAuth endpoints look clients up: `find` answers null for a client that does not
@@ -91,20 +72,3 @@ export async function requireClient(clients: ClientDirectory, clientId: string |
   return client
 }
 
-/** Stores a client; the RFC 7591 §3.2.1 body: its id, issue time and the metadata as registered. */
-export async function storeClient(db: Database, metadata: ClientMetadata): Promise<ClientRegistration> {
-  const [client] = await db
-    .insert(oauthClients)
-    .values({
-      id: newId('cli'),
-      clientName: metadata.client_name,
-      redirectUris: metadata.redirect_uris,
-      grantTypes: metadata.grant_types,
-      responseTypes: metadata.response_types,
-      tokenEndpointAuthMethod: metadata.token_endpoint_auth_method,
-      applicationType: metadata.application_type,
-      scope: metadata.scope,
-    })
-    .returning({ id: oauthClients.id, createdAt: oauthClients.createdAt })
-  return { client_id: client!.id, client_id_issued_at: Math.floor(client!.createdAt.getTime() / 1000), ...metadata }
-}
