@@ -2,8 +2,8 @@ import { Elysia } from 'elysia'
 import type { Config } from './lib/config.ts'
 import type { Database } from './lib/db/client.ts'
 import { isDatabaseReachable } from './lib/db/client.ts'
-import type { Logger } from './lib/logger.ts'
-import { httpFoundation } from './lib/http.ts'
+import type { Logger } from './lib/runtime/logger.ts'
+import { httpFoundation } from './lib/http/foundation.ts'
 import { opsRoutes } from './ops/routes.ts'
 import { errorPageRoutes } from './ops/error-pages.ts'
 import { apiReference } from './ops/openapi.ts'
@@ -15,7 +15,7 @@ import type { AccountReader } from './accounts/account-cache.ts'
 import type { AuthenticateApiKey } from './auth/authenticator.ts'
 import { jwksRoutes } from './oauth/jwks-route.ts'
 import type { TokenSigner } from './oauth/signing-keys.ts'
-import type { SecretBox } from './lib/secret-box.ts'
+import type { SecretBox } from './lib/security/secret-box.ts'
 import type { BearerAuthenticator } from './auth/bearer.ts'
 import { signInRoutes } from './oauth/sign-in.ts'
 import { authorizeRoutes } from './oauth/authorize.ts'
@@ -25,7 +25,7 @@ import { sessionRoutes } from './oauth/session.ts'
 import { hookRoutes } from './hooks/routes.ts'
 import { messageRoutes } from './messages/routes.ts'
 import type { MessageDeps } from './messages/service.ts'
-import { isForbiddenHost } from './lib/outbound.ts'
+import { isForbiddenHost } from './lib/security/outbound.ts'
 import { mcpRoutes } from './mcp/routes.ts'
 import { createClientDirectory } from './oauth/client-directory.ts'
 import { createRequestRateLimiter } from './auth/request-rate-limit.ts'
@@ -50,7 +50,7 @@ export interface AppDeps {
   syncCaches(): Promise<void>
 }
 
-/** The whole HTTP surface as one Elysia app; runtimes serve it through `requestHandler` (src/lib/http.ts). */
+/** The whole HTTP surface as one Elysia app; runtimes serve it through `requestHandler` (src/lib/http/foundation.ts). */
 export function createApp(deps: AppDeps) {
   const resourceMetadataUrl = `${deps.config.publicUrl}/.well-known/oauth-protected-resource/v0`
   // One limiter for every route of this instance: a credential's requests are counted together.

@@ -3,8 +3,8 @@ import { lockOwner } from './lib/db/data-dir-lock.ts'
 import { runCommand, type CommandResult } from './cli/commands.ts'
 import { cliSocketPath, type ForwardedCommand } from './cli/socket.ts'
 import { listen } from './cli/listen.ts'
-import { createLogger } from './lib/logger.ts'
-import { createSecretBox, resolveEncryptionKey } from './lib/secret-box.ts'
+import { createLogger } from './lib/runtime/logger.ts'
+import { createSecretBox, resolveEncryptionKey } from './lib/security/secret-box.ts'
 
 // Run on PGlite, the CLI opens DATA_DIR itself: it creates nothing open to other users either.
 process.umask(0o077)

@@ -1,6 +1,6 @@
 import { chmodSync, rmSync } from 'node:fs'
 import { bootInstance, exitWith, logFirstRunHint } from './instance.ts'
-import { RUNTIME_BODY_LIMIT } from './lib/http.ts'
+import { RUNTIME_BODY_LIMIT } from './lib/http/foundation.ts'
 import { runCommand } from './cli/commands.ts'
 import { cliSocketPath, parseForwardedCommand } from './cli/socket.ts'
 import { serveMetrics } from './ops/metrics-server.ts'

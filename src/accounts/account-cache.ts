@@ -1,4 +1,4 @@
-import { TtlCache } from '../lib/cache.ts'
+import { TtlCache } from '../lib/cache/ttl-cache.ts'
 import type { Database } from '../lib/db/client.ts'
 import { findAccount, toAccountResource, type AccountResource } from './service.ts'
 

@@ -1,6 +1,6 @@
 import { Elysia } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
-import { notFound } from '../lib/errors.ts'
+import { notFound } from '../lib/http/errors.ts'
 import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
 import { AccountSchema, UpdateAccountBody } from './schemas.ts'
 import { renameAccount, toAccountResource } from './service.ts'

@@ -1,5 +1,5 @@
 import { t } from 'elysia'
-import { PersonName } from '../lib/text.ts'
+import { PersonName } from '../lib/http/text.ts'
 
 export const AccountSchema = t.Object(
   {

@@ -3,11 +3,11 @@ import type { Static } from 'elysia'
 import { AccountSchema } from './schemas.ts'
 import type { Database } from '../lib/db/client.ts'
 import { accounts, users } from '../lib/db/schema.ts'
-import { hashPassword } from '../lib/crypto.ts'
-import { newId } from '../lib/ids.ts'
-import { ApiError } from '../lib/errors.ts'
+import { hashPassword } from '../lib/security/crypto.ts'
+import { newId } from '../lib/db/ids.ts'
+import { ApiError } from '../lib/http/errors.ts'
 import { isUniqueViolation } from '../lib/db/errors.ts'
-import { recordInvalidation } from '../lib/invalidation-feed.ts'
+import { recordInvalidation } from '../lib/cache/invalidation-feed.ts'
 
 export type Account = typeof accounts.$inferSelect
 export type User = Omit<typeof users.$inferSelect, 'passwordHash'>

@@ -1,6 +1,6 @@
 import { t } from 'elysia'
 import { AccountParams } from '../accounts/schemas.ts'
-import { PersonName } from '../lib/text.ts'
+import { PersonName } from '../lib/http/text.ts'
 
 export const ApiKeySchema = t.Object(
   {

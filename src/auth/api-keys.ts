@@ -1,12 +1,12 @@
 import { and, desc, eq, isNull, lt, sql } from 'drizzle-orm'
 import type { Database } from '../lib/db/client.ts'
 import { apiKeys } from '../lib/db/schema.ts'
-import { recordInvalidation } from '../lib/invalidation-feed.ts'
-import { newSecret, sha256Hex } from '../lib/crypto.ts'
-import { newId } from '../lib/ids.ts'
+import { recordInvalidation } from '../lib/cache/invalidation-feed.ts'
+import { newSecret, sha256Hex } from '../lib/security/crypto.ts'
+import { newId } from '../lib/db/ids.ts'
 import { isForeignKeyViolation } from '../lib/db/errors.ts'
-import { ApiError } from '../lib/errors.ts'
-import { readPage, type Page } from '../lib/pagination.ts'
+import { ApiError } from '../lib/http/errors.ts'
+import { readPage, type Page } from '../lib/http/pagination.ts'
 
 export const API_KEY_PREFIX = 'sk_live_'
 /** Enough of the secret to recognise a key in a list, far too little to guess the rest. */

@@ -1,5 +1,5 @@
-import { TtlCache } from '../lib/cache.ts'
-import { constantTimeEqual, sha256Hex } from '../lib/crypto.ts'
+import { TtlCache } from '../lib/cache/ttl-cache.ts'
+import { constantTimeEqual, sha256Hex } from '../lib/security/crypto.ts'
 import { API_KEY_PREFIX, type ActiveApiKey } from './api-keys.ts'
 import { SCOPES, type Scope } from './scopes.ts'
 

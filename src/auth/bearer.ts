@@ -1,7 +1,7 @@
 import { eq } from 'drizzle-orm'
 import type { Database } from '../lib/db/client.ts'
 import { grants } from '../lib/db/schema.ts'
-import { TtlCache } from '../lib/cache.ts'
+import { TtlCache } from '../lib/cache/ttl-cache.ts'
 import type { TokenSigner } from '../oauth/signing-keys.ts'
 import type { Caller } from './authenticator.ts'
 import { isScope, splitScope } from './scopes.ts'

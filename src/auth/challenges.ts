@@ -1,4 +1,4 @@
-import { ApiError } from '../lib/errors.ts'
+import { ApiError } from '../lib/http/errors.ts'
 import { SCOPES, type Scope } from './scopes.ts'
 
 /**

@@ -1,6 +1,6 @@
 import { Elysia } from 'elysia'
-import { ApiError, notFound } from '../lib/errors.ts'
-import { noteCaller, noteResponseHeaders, readJsonBody } from '../lib/http.ts'
+import { ApiError, notFound } from '../lib/http/errors.ts'
+import { noteCaller, noteResponseHeaders, readJsonBody } from '../lib/http/foundation.ts'
 import type { AuthenticateApiKey, Caller } from './authenticator.ts'
 import type { Scope } from './scopes.ts'
 import type { BearerAuthenticator } from './bearer.ts'

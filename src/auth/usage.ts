@@ -1,7 +1,7 @@
 import { eq, sql } from 'drizzle-orm'
 import type { Database } from '../lib/db/client.ts'
 import { apiKeys, grants } from '../lib/db/schema.ts'
-import type { Logger } from '../lib/logger.ts'
+import type { Logger } from '../lib/runtime/logger.ts'
 import type { Caller } from './authenticator.ts'
 
 export interface UsageRecorderDeps {

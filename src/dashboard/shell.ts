@@ -1,4 +1,4 @@
-import { escapeHtml, scriptJson } from '../lib/html.ts'
+import { escapeHtml, scriptJson } from '../lib/http/html.ts'
 
 /** What the page's script needs to know about this deployment; read from the page, never from a global. */
 export interface DashboardSettings {

@@ -1,6 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm'
 import type { Static } from 'elysia'
-import { newId } from '../lib/ids.ts'
+import { newId } from '../lib/db/ids.ts'
 import { markDue } from './queue.ts'
 import type { EventType } from '../hooks/event-types.ts'
 import type { EventSchema, MessageSchema } from '../messages/schemas.ts'

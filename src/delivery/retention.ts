@@ -1,8 +1,8 @@
 import { sql } from 'drizzle-orm'
 import { queryRows, type Database } from '../lib/db/client.ts'
-import { lowestIdAt } from '../lib/ids.ts'
-import type { Logger } from '../lib/logger.ts'
-import { startPeriodicSweep } from '../lib/sweep.ts'
+import { lowestIdAt } from '../lib/db/ids.ts'
+import type { Logger } from '../lib/runtime/logger.ts'
+import { startPeriodicSweep } from '../lib/runtime/sweep.ts'
 
 const RETENTION_BATCH = 1000
 const RETENTION_INTERVAL_MS = 60 * 60_000

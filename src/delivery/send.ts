@@ -1,5 +1,5 @@
 import { Webhook } from 'standardwebhooks'
-import { type Lookup, TargetRefused, describeNetworkError, fetchPinned, readPrefix } from '../lib/outbound.ts'
+import { type Lookup, TargetRefused, describeNetworkError, fetchPinned, readPrefix } from '../lib/security/outbound.ts'
 
 export interface WebhookRequest {
   url: string
@@ -16,7 +16,7 @@ export interface WebhookRequest {
 export interface SendOptions {
   /** Covers resolving, connecting, TLS, the response and reading its first 4 KB. */
   timeoutMs: number
-  /** Connecting alone: CONNECT_TIMEOUT_MS (src/lib/outbound.ts) when absent. */
+  /** Connecting alone: CONNECT_TIMEOUT_MS (src/lib/security/outbound.ts) when absent. */
   connectTimeoutMs?: number
   allowPrivate: boolean
   /** Extra trusted CAs (PEM, WEBHOOK_CA_FILE), added to the default ones rather than replacing them. */
@@ -46,7 +46,7 @@ const USER_AGENT = 'messaging-service-webhooks/0.1'
  * One delivery attempt. Never throws for anything the target or the network does: every
  * outcome is an AttemptResult for the attempt log.
  *
- * The request goes out through the outbound guard (src/lib/outbound.ts): resolved here, every
+ * The request goes out through the outbound guard (src/lib/security/outbound.ts): resolved here, every
  * address checked, the connection pinned to a checked one with TLS verified against the name,
  * redirects never followed.
  */

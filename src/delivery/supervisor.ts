@@ -1,6 +1,6 @@
 import type { Config } from '../lib/config.ts'
 import type { DatabaseHandle } from '../lib/db/client.ts'
-import type { Logger, LogFields } from '../lib/logger.ts'
+import type { Logger, LogFields } from '../lib/runtime/logger.ts'
 import type { FlowSettings } from './flow-control.ts'
 import type { DeliveryMetrics } from '../ops/metrics.ts'
 import type { OutcomeCounts } from '../ops/delivery-counts.ts'

@@ -1,7 +1,7 @@
 // The delivery worker thread (started by src/delivery/supervisor.ts): claim → send → record.
 import { POOL_SIZES, postgresClient, preparedDrizzle } from '../lib/db/client.ts'
-import { createSecretBox, type SecretBox } from '../lib/secret-box.ts'
-import type { LogFields } from '../lib/logger.ts'
+import { createSecretBox, type SecretBox } from '../lib/security/secret-box.ts'
+import type { LogFields } from '../lib/runtime/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
 import { sendWebhook, type AttemptResult } from './send.ts'
 import { occurrenceBody, SUBSCRIPTION_ID_HEADER } from '../mcp/event-wire.ts'

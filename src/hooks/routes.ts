@@ -1,8 +1,8 @@
 import { Elysia, t } from 'elysia'
-import { PageQuery, pageOf } from '../lib/pagination.ts'
+import { PageQuery, pageOf } from '../lib/http/pagination.ts'
 import { EventTypeSchema, eventCatalog } from './event-catalog.ts'
-import { IdempotencyKeyHeader, runIdempotently } from '../lib/idempotency.ts'
-import { ProblemSchema } from '../lib/errors.ts'
+import { IdempotencyKeyHeader, runIdempotently } from '../lib/http/idempotency.ts'
+import { ProblemSchema } from '../lib/http/errors.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
 import { AccountParams } from '../accounts/schemas.ts'
 import {

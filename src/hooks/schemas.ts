@@ -1,7 +1,7 @@
 import { t } from 'elysia'
 import { Type } from '@sinclair/typebox'
 import { AccountParams } from '../accounts/schemas.ts'
-import { ApiKeyParam, PageParams } from '../lib/pagination.ts'
+import { ApiKeyParam, PageParams } from '../lib/http/pagination.ts'
 import { PhoneNumber } from '../messages/schemas.ts'
 import { EVENT_TYPES } from './event-types.ts'
 

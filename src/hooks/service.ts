@@ -5,11 +5,11 @@ import { circuitState } from '../delivery/circuit.ts'
 import { markDue } from '../delivery/queue.ts'
 import type { Database } from '../lib/db/client.ts'
 import { accounts, hooks } from '../lib/db/schema.ts'
-import { ApiError, notFound, validationFailed } from '../lib/errors.ts'
+import { ApiError, notFound, validationFailed } from '../lib/http/errors.ts'
 import { isUniqueViolation } from '../lib/db/errors.ts'
-import { isId, newId } from '../lib/ids.ts'
-import { readPage, type Page } from '../lib/pagination.ts'
-import type { SecretBox } from '../lib/secret-box.ts'
+import { isId, newId } from '../lib/db/ids.ts'
+import { readPage, type Page } from '../lib/http/pagination.ts'
+import type { SecretBox } from '../lib/security/secret-box.ts'
 import { EVENT_TYPES, FILTER_KEYS, type EventType, type FilterKey } from './event-types.ts'
 import type { HookFilterSchema, HookSchema } from './schemas.ts'
 
@@ -20,7 +20,7 @@ type HookFilter = Static<typeof HookFilterSchema>
 export interface HookDeps {
   db: Database
   secretBox: SecretBox
-  /** True for a host that names a private, loopback, link-local… address (src/lib/outbound.ts). */
+  /** True for a host that names a private, loopback, link-local… address (src/lib/security/outbound.ts). */
   isForbiddenHost(hostname: string): boolean
   allowPrivateTargets: boolean
   /** HOOKS_PER_ACCOUNT: the subscriptions one account may hold. */

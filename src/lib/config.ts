@@ -1,7 +1,7 @@
 import { Type as t, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { readFileSync } from 'node:fs'
-import { parseTrustedProxies } from './client-address.ts'
+import { parseTrustedProxies } from './http/client-address.ts'
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const
 
@@ -42,7 +42,7 @@ export interface Config {
   logLevel: LogLevel
   /**
    * 32 bytes that encrypt secrets the service must read back (signing keys, token pairs kept
-   * for the refresh grace window). Unset: a key file in DATA_DIR (see src/lib/secret-box.ts).
+   * for the refresh grace window). Unset: a key file in DATA_DIR (see src/lib/security/secret-box.ts).
    */
   encryptionKey: Uint8Array | undefined
   oauthRefreshGraceSeconds: number
@@ -64,7 +64,7 @@ export interface Config {
   eventRetentionDays: number
   /** Browser origins allowed to call the MCP endpoint besides PUBLIC_URL's and loopback ones. */
   mcpAllowedOrigins: string[]
-  /** Normalised CIDRs of the load balancers whose X-Forwarded-For is believed (src/lib/client-address.ts); empty: none. */
+  /** Normalised CIDRs of the load balancers whose X-Forwarded-For is believed (src/lib/http/client-address.ts); empty: none. */
   trustedProxies: string[]
   /** The Prometheus listener's port (on HOST); unset: no listener, and requests are not measured. */
   metricsPort: number | undefined

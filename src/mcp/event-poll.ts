@@ -4,7 +4,7 @@ import type { Caller } from '../auth/authenticator.ts'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { FILTER_KEYS } from '../hooks/event-types.ts'
 import { EVENT_ERRORS } from './event-wire.ts'
-import type { SecretBox } from '../lib/secret-box.ts'
+import type { SecretBox } from '../lib/security/secret-box.ts'
 import { eventArgumentsSchema, eventError, eventTypeOf, parse } from './events.ts'
 
 /** docs/mcp.md#poll: at most this many events per poll, and the wait the server suggests between polls. */
@@ -25,7 +25,7 @@ const POLL_SCAN = 5_000
 
 /**
  * A position in an account's event log: after the event (`x`: its transaction, `i`: its id),
- * established at `t` (ms), for that account (`a`). Sealed with the service's key (src/lib/secret-box.ts),
+ * established at `t` (ms), for that account (`a`). Sealed with the service's key (src/lib/security/secret-box.ts),
  * so a client can neither read nor forge one: a made-up position could skip the retention check.
  */
 interface Position {

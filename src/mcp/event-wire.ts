@@ -1,4 +1,4 @@
-import { newId } from '../lib/ids.ts'
+import { newId } from '../lib/db/ids.ts'
 
 /**
  * The MCP Events extension's webhook wire format (docs/mcp.md#events; the extension's

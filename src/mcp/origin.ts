@@ -1,4 +1,4 @@
-import { isLoopbackHost } from '../lib/loopback.ts'
+import { isLoopbackHost } from '../lib/http/loopback.ts'
 
 /**
  * Whether a browser page on `origin` may call the MCP endpoint. DNS rebinding makes a page on

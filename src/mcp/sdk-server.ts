@@ -2,8 +2,8 @@ import {
   createMcpHandler, isLegacyRequest, ProtocolError, ProtocolErrorCode, Server, WebStandardStreamableHTTPServerTransport, type AuthInfo, type CallToolResult, type StandardSchemaV1,
 } from '@modelcontextprotocol/server'
 import type { Caller } from '../auth/authenticator.ts'
-import { problemBody } from '../lib/errors.ts'
-import { describeError } from '../lib/logger.ts'
+import { problemBody } from '../lib/http/errors.ts'
+import { describeError } from '../lib/runtime/logger.ts'
 import { TOOL_LIST, callTool, type ToolDeps } from './tools.ts'
 import { listEvents, subscribe, unsubscribe } from './events.ts'
 import { pollEvents } from './event-poll.ts'

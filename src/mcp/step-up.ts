@@ -1,6 +1,6 @@
 import type { Caller } from '../auth/authenticator.ts'
 import { inScopeOrder, insufficientScope } from '../auth/challenges.ts'
-import type { ApiError } from '../lib/errors.ts'
+import type { ApiError } from '../lib/http/errors.ts'
 import type { Scope } from '../auth/scopes.ts'
 import { TOOLS } from './tools.ts'
 

@@ -1,6 +1,6 @@
 import { Elysia } from 'elysia'
-import { notFound } from '../lib/errors.ts'
-import { pageOf } from '../lib/pagination.ts'
+import { notFound } from '../lib/http/errors.ts'
+import { pageOf } from '../lib/http/pagination.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
 import { AccountParams } from '../accounts/schemas.ts'
 import { EventSchema, EventsQuery, InboundMessageBody, MessageParams, MessageSchema, SendMessageBody } from './schemas.ts'

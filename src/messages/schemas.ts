@@ -1,6 +1,6 @@
 import { t } from 'elysia'
-import { PersonText } from '../lib/text.ts'
-import { ApiKeyParam, PageParams } from '../lib/pagination.ts'
+import { PersonText } from '../lib/http/text.ts'
+import { ApiKeyParam, PageParams } from '../lib/http/pagination.ts'
 import { AccountParams } from '../accounts/schemas.ts'
 import { EVENT_TYPES } from '../hooks/event-types.ts'
 

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { Elysia } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
-import { OAuthError } from '../lib/errors.ts'
+import { OAuthError } from '../lib/http/errors.ts'
 import { checkAuthorizationRequest, readAuthorizationQuery, redirectWith } from './authorization-request.ts'
 import { AuthorizeBody, AuthorizeResult, OAuthErrorSchema, authorizeQueryParameters } from './schemas.ts'
 import { isOnDeviceRedirect, redirectUriProblem } from './client-model.ts'

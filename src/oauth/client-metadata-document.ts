@@ -2,8 +2,8 @@ import { eq } from 'drizzle-orm'
 import { Value } from '@sinclair/typebox/value'
 import type { Database } from '../lib/db/client.ts'
 import { oauthClients } from '../lib/db/schema.ts'
-import { OAuthError, describeSchemaViolation } from '../lib/errors.ts'
-import { BodyTooLarge, TargetRefused, describeNetworkError, fetchPinned, isTimeout, readLimited, type OutboundPolicy } from '../lib/outbound.ts'
+import { OAuthError, describeSchemaViolation } from '../lib/http/errors.ts'
+import { BodyTooLarge, TargetRefused, describeNetworkError, fetchPinned, isTimeout, readLimited, type OutboundPolicy } from '../lib/security/outbound.ts'
 import { ClientLookupError, asClient, storedColumns, validateClientMetadata, type ClientMetadata, type ClientRegistrationRequestBody, type OAuthClient } from './client-model.ts'
 import { ClientRegistrationRequest } from './schemas.ts'
 
@@ -11,7 +11,7 @@ import { ClientRegistrationRequest } from './schemas.ts'
  * OAuth Client ID Metadata Documents (draft-ietf-oauth-client-id-metadata-document; the MCP
  * authorization spec's preferred registration; docs/oauth.md#client-id-metadata-documents): a
  * `client_id` that is an https URL with a path names a JSON document of RFC 7591 client
- * metadata. The service fetches it through the outbound guard (src/lib/outbound.ts, the same
+ * metadata. The service fetches it through the outbound guard (src/lib/security/outbound.ts, the same
  * as webhooks), validates it with the registration rules, and caches the verdict.
  */
 

@@ -1,9 +1,9 @@
 import type { Static } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import { oauthClients } from '../lib/db/schema.ts'
-import { OAuthError } from '../lib/errors.ts'
-import { newId } from '../lib/ids.ts'
-import { isLoopbackHost } from '../lib/loopback.ts'
+import { OAuthError } from '../lib/http/errors.ts'
+import { newId } from '../lib/db/ids.ts'
+import { isLoopbackHost } from '../lib/http/loopback.ts'
 import { SCOPES, isScope, splitScope } from '../auth/scopes.ts'
 import { ApplicationType, ClientRegistrationRequest, ClientRegistrationResponse, GRANT_TYPES, MAX_REDIRECT_URI_LENGTH, RESPONSE_TYPES } from './schemas.ts'
 

@@ -1,5 +1,5 @@
 import { SCOPE_DESCRIPTIONS, type Scope } from '../auth/scopes.ts'
-import { escapeHtml, scriptJson } from '../lib/html.ts'
+import { escapeHtml, scriptJson } from '../lib/http/html.ts'
 
 
 export interface ConsentPageInput {

@@ -1,7 +1,7 @@
 import { Elysia, t } from 'elysia'
 import type { Config } from '../lib/config.ts'
 import { SCOPES, type Scope } from '../auth/scopes.ts'
-import { cors } from '../lib/cors.ts'
+import { cors } from '../lib/http/cors.ts'
 import { AuthorizationServerMetadata, ProtectedResourceMetadata } from './schemas.ts'
 
 /**

@@ -4,9 +4,9 @@ import { SignJWT, errors, exportJWK, generateKeyPair, importJWK, jwtVerify, type
 import type { Database, DatabaseTransaction } from '../lib/db/client.ts'
 import { isUniqueViolation } from '../lib/db/errors.ts'
 import { signingKeys } from '../lib/db/schema.ts'
-import { recordInvalidation } from '../lib/invalidation-feed.ts'
-import type { Logger } from '../lib/logger.ts'
-import { SecretBoxError, type SecretBox } from '../lib/secret-box.ts'
+import { recordInvalidation } from '../lib/cache/invalidation-feed.ts'
+import type { Logger } from '../lib/runtime/logger.ts'
+import { SecretBoxError, type SecretBox } from '../lib/security/secret-box.ts'
 import type { PublicJwk } from './schemas.ts'
 
 const ALG = 'ES256'

@@ -1,6 +1,6 @@
 import { Elysia } from 'elysia'
-import { OAuthError } from '../lib/errors.ts'
-import { cors } from '../lib/cors.ts'
+import { OAuthError } from '../lib/http/errors.ts'
+import { cors } from '../lib/http/cors.ts'
 import { redeemAuthorizationCode } from './grants/authorization-code.ts'
 import { refreshTokenGrant } from './grants/refresh-token.ts'
 import { OAuthErrorSchema, RefreshRequestBody, TokenRequestBody, TokenResponseSchema } from './schemas.ts'

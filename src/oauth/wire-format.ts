@@ -1,6 +1,6 @@
 import { Elysia } from 'elysia'
-import { PROBLEM_CONTENT_TYPE, oauthErrorFor, type OAuthErrorCode, type Problem } from '../lib/errors.ts'
-import { isFormContentType, parseFormBody, readJsonBody } from '../lib/http.ts'
+import { PROBLEM_CONTENT_TYPE, oauthErrorFor, type OAuthErrorCode, type Problem } from '../lib/http/errors.ts'
+import { isFormContentType, parseFormBody, readJsonBody } from '../lib/http/foundation.ts'
 
 export interface OAuthWireFormatOptions {
   /** The error code of a body that breaks the schema: `invalid_client_metadata` at registration (RFC 7591 §3.2.2). */
@@ -14,7 +14,7 @@ export interface OAuthWireFormatOptions {
  * its routes answer failures with the OAuth error object (RFC 6749 §5.2) instead of
  * problem+json, never cached; their JSON (and optionally form) bodies are read here. The shared HTTP layer shapes
  * every failure as problem+json; this rewrites that body on the way out, so adding an OAuth
- * endpoint is a matter of using this plugin in its feature, never of editing src/lib/http.ts.
+ * endpoint is a matter of using this plugin in its feature, never of editing src/lib/http/foundation.ts.
  */
 export function oauthWireFormat(options: OAuthWireFormatOptions = {}) {
   const invalidBody = options.invalidBody ?? 'invalid_request'

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { Elysia } from 'elysia'
 import { ERROR_PAGE_PATH, OAUTH_CODES, PROBLEM_CODES, type ErrorCatalogEntry } from '../lib/error-catalog.ts'
-import { escapeHtml } from '../lib/html.ts'
+import { escapeHtml } from '../lib/http/html.ts'
 
 const STYLE = `
   body { font: 16px/1.5 system-ui, sans-serif; margin: 0; background: #f4f5f7; color: #1d2330; }

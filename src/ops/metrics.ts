@@ -2,7 +2,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type Metric
 import { Memoirist } from 'memoirist'
 import { sql } from 'drizzle-orm'
 import { queryRows, type DatabaseHandle } from '../lib/db/client.ts'
-import type { FetchHandler } from '../lib/http.ts'
+import type { FetchHandler } from '../lib/http/foundation.ts'
 import { OUTCOMES, type OutcomeCounts } from './delivery-counts.ts'
 
 export { OUTCOMES, type OutcomeCounts }

@@ -1,6 +1,6 @@
 import { toOpenAPISchema } from '@elysiajs/openapi'
 import type { AnyElysia } from 'elysia'
-import { ProblemSchema } from '../lib/errors.ts'
+import { ProblemSchema } from '../lib/http/errors.ts'
 import { SCOPES, SCOPE_DESCRIPTIONS } from '../auth/scopes.ts'
 import { OAuthErrorSchema } from '../oauth/schemas.ts'
 import { webhookDocumentation } from './openapi-webhooks.ts'

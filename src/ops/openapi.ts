@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import { Elysia } from 'elysia'
-import { notFound } from '../lib/errors.ts'
+import { notFound } from '../lib/http/errors.ts'
 
 // The reference page is served from the swagger-ui-dist package, so it works without the internet.
 const UI_ASSETS: Record<string, string> = {

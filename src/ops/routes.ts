@@ -1,5 +1,5 @@
 import { Elysia, t } from 'elysia'
-import { ApiError, ProblemSchema } from '../lib/errors.ts'
+import { ApiError, ProblemSchema } from '../lib/http/errors.ts'
 
 export function opsRoutes(deps: { isDatabaseReachable(): Promise<boolean> }) {
   return new Elysia({ tags: ['Operations'] })

@@ -1,7 +1,7 @@
 import { describe, expect, test } from 'bun:test'
 import { startTestServer } from '../support/server.ts'
 import { revokeApiKey } from '../../src/auth/api-keys.ts'
-import { isId } from '../../src/lib/ids.ts'
+import { isId } from '../../src/lib/db/ids.ts'
 
 const server = await startTestServer()
 const alice = await server.createAccountWithKey('Alice Ltd')

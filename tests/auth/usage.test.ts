@@ -1,7 +1,7 @@
 import { afterAll, expect, test } from 'bun:test'
 import { eq } from 'drizzle-orm'
 import { createTestDatabase } from '../support/database.ts'
-import { createLogger } from '../../src/lib/logger.ts'
+import { createLogger } from '../../src/lib/runtime/logger.ts'
 import { createAccount } from '../../src/accounts/service.ts'
 import { createApiKey } from '../../src/auth/api-keys.ts'
 import { apiKeys } from '../../src/lib/db/schema.ts'

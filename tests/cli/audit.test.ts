@@ -1,7 +1,7 @@
 import { afterAll, expect, spyOn, test } from 'bun:test'
 import { runCommand } from '../../src/cli/commands.ts'
-import { createLogger } from '../../src/lib/logger.ts'
-import { createSecretBox } from '../../src/lib/secret-box.ts'
+import { createLogger } from '../../src/lib/runtime/logger.ts'
+import { createSecretBox } from '../../src/lib/security/secret-box.ts'
 import { createTestDatabase } from '../support/database.ts'
 import { freshDataDir, runCli, startServerProcess } from '../support/process.ts'
 

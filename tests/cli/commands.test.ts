@@ -2,7 +2,7 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { eq } from 'drizzle-orm'
 import { runCommand } from '../../src/cli/commands.ts'
 import { users } from '../../src/lib/db/schema.ts'
-import { verifyPassword } from '../../src/lib/crypto.ts'
+import { verifyPassword } from '../../src/lib/security/crypto.ts'
 import { createTestDatabase } from '../support/database.ts'
 
 const database = await createTestDatabase()

@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import { TargetRefused, isForbiddenAddress, resolveTarget } from '../../src/lib/outbound.ts'
+import { TargetRefused, isForbiddenAddress, resolveTarget } from '../../src/lib/security/outbound.ts'
 
 const resolvingTo =
   (...addresses: string[]) =>

@@ -5,8 +5,8 @@ import { startReceiver } from '../support/receiver.ts'
 import { createAccount } from '../../src/accounts/service.ts'
 import { createHook } from '../../src/hooks/service.ts'
 import { receiveInboundMessage } from '../../src/messages/service.ts'
-import { createSecretBox } from '../../src/lib/secret-box.ts'
-import { isForbiddenHost } from '../../src/lib/outbound.ts'
+import { createSecretBox } from '../../src/lib/security/secret-box.ts'
+import { isForbiddenHost } from '../../src/lib/security/outbound.ts'
 
 // Two servers on one PostgreSQL drain one backlog. PGlite is one process's database: nothing to share there.
 setDefaultTimeout(90_000)

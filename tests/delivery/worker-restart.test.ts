@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { startTestServer } from '../support/server.ts'
 import { startReceiver } from '../support/receiver.ts'
-import { createLogger } from '../../src/lib/logger.ts'
+import { createLogger } from '../../src/lib/runtime/logger.ts'
 import { leaseFor, startDeliveryWorker } from '../../src/delivery/supervisor.ts'
 
 setDefaultTimeout(30_000)

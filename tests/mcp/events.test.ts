@@ -17,7 +17,7 @@ import { connectWithToken, modernRequest, tokenFor } from '../support/mcp.ts'
 import { SUBSCRIPTIONS_PER_GRANT, grantedTtlMs, SUBSCRIPTION_TTL_MS } from '../../src/mcp/events.ts'
 import { NEXT_POLL_MS } from '../../src/mcp/event-poll.ts'
 import { sql } from 'drizzle-orm'
-import { lowestIdAt } from '../../src/lib/ids.ts'
+import { lowestIdAt } from '../../src/lib/db/ids.ts'
 
 /** The agent's side: an HTTPS server for its webhook callbacks, each path answered by the handler set for it. */
 function startCallbackServer() {

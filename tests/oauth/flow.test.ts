@@ -3,7 +3,7 @@ import { SignJWT, decodeJwt, decodeProtectedHeader, generateKeyPair } from 'jose
 import { startTestServer } from '../support/server.ts'
 import { eq } from 'drizzle-orm'
 import { authorizationCodes, rateLimits, refreshTokens } from '../../src/lib/db/schema.ts'
-import { sha256Hex } from '../../src/lib/crypto.ts'
+import { sha256Hex } from '../../src/lib/security/crypto.ts'
 import { REDIRECT_URI, authorizeAndRedeem, flowFixture, pkcePair, postForm, postJson, signIn } from './support.ts'
 
 const server = await startTestServer({ env: { OAUTH_REFRESH_GRACE_S: '2' } })

@@ -16,7 +16,7 @@ import { testDatabaseMode } from '../support/database.ts'
 import { accounts, grants, oauthClients, refreshTokens, users } from '../../src/lib/db/schema.ts'
 import { pgliteDatabase, postgresDatabase, queryRows, type DatabaseHandle } from '../../src/lib/db/client.ts'
 import { MIGRATIONS_FOLDER, migratePgliteDatabase, migratePostgresDatabase } from '../../src/lib/db/migrate.ts'
-import { sha256Hex } from '../../src/lib/crypto.ts'
+import { sha256Hex } from '../../src/lib/security/crypto.ts'
 import { authorizeAndRedeem, flowFixture, postJson } from './support.ts'
 
 // The refresh grant's successor pair, sealed for the grace window, must not outlive it: with a

@@ -2,7 +2,7 @@ import { beforeEach, describe, expect, test } from 'bun:test'
 import { eq, like } from 'drizzle-orm'
 import { startTestServer } from '../support/server.ts'
 import { oauthClients, rateLimits } from '../../src/lib/db/schema.ts'
-import { isId } from '../../src/lib/ids.ts'
+import { isId } from '../../src/lib/db/ids.ts'
 import { REGISTRATION_RATE_LIMIT } from '../../src/oauth/register.ts'
 import { clientNameProblem, isOnDeviceRedirect, redirectUriProblem, validateClientMetadata } from '../../src/oauth/client-model.ts'
 

@@ -2,8 +2,8 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { eq, isNull, sql } from 'drizzle-orm'
 import { SignJWT, decodeProtectedHeader, exportSPKI, generateKeyPair, importJWK } from 'jose'
 import { signingKeys } from '../../src/lib/db/schema.ts'
-import { createLogger } from '../../src/lib/logger.ts'
-import { createSecretBox } from '../../src/lib/secret-box.ts'
+import { createLogger } from '../../src/lib/runtime/logger.ts'
+import { createSecretBox } from '../../src/lib/security/secret-box.ts'
 import {
   InvalidTokenError,
   SigningKeyError,

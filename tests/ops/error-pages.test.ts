@@ -43,9 +43,9 @@ function thrownCodes(): Map<string, string[]> {
     if (/\bnotFound\(/.test(text)) note('not_found', file)
     if (/\bvalidationFailed\(/.test(text)) note('validation_failed', file)
   }
-  const errorsTs = readFileSync(join(SRC, 'lib/errors.ts'), 'utf8')
+  const errorsTs = readFileSync(join(SRC, 'lib/http/errors.ts'), 'utf8')
   const union = /export type OAuthErrorCode =([^;]*?)\n\n/s.exec(errorsTs)![1]!
-  for (const match of union.matchAll(/'([a-z_]+)'/g)) note(match[1]!, join(SRC, 'lib/errors.ts'))
+  for (const match of union.matchAll(/'([a-z_]+)'/g)) note(match[1]!, join(SRC, 'lib/http/errors.ts'))
   return found
 }
 

@@ -49,7 +49,7 @@ export const apiKeys = pgTable(
 
 /**
  * One row per change to something instances hold in memory (a revoked API key, a renamed
- * account), so that every instance evicts it within seconds (src/lib/invalidation-feed.ts).
+ * account), so that every instance evicts it within seconds (src/lib/cache/invalidation-feed.ts).
  * Rows older than the feed's look-back window are never read again.
  */
 export const cacheInvalidations = pgTable(

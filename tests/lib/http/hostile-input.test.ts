@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import { startTestServer } from '../support/server.ts'
+import { startTestServer } from '../../support/server.ts'
 
 // Hostile input at every layer of the HTTP foundation: NUL and control characters, bodies over
 // every size limit. None of it may reach the database or yield anything but a problem body.

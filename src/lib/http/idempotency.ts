@@ -1,10 +1,10 @@
 import { and, eq, sql } from 'drizzle-orm'
 import { t } from 'elysia'
-import type { Database } from './db/client.ts'
-import { idempotencyKeys } from './db/schema.ts'
+import type { Database } from '../db/client.ts'
+import { idempotencyKeys } from '../db/schema.ts'
 import { ApiError } from './errors.ts'
-import { sha256Hex } from './crypto.ts'
-import type { SecretBox } from './secret-box.ts'
+import { sha256Hex } from '../security/crypto.ts'
+import type { SecretBox } from '../security/secret-box.ts'
 
 export const IDEMPOTENCY_WINDOW_HOURS = 24
 const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/

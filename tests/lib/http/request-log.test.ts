@@ -1,7 +1,7 @@
 import { expect, test } from 'bun:test'
-import { startTestServer, type TestServer } from '../support/server.ts'
-import { authorizeAndRedeem, flowFixture } from '../oauth/support.ts'
-import { isAcceptableRequestId, loggedUserAgent } from '../../src/lib/http.ts'
+import { startTestServer, type TestServer } from '../../support/server.ts'
+import { authorizeAndRedeem, flowFixture } from '../../oauth/support.ts'
+import { isAcceptableRequestId, loggedUserAgent } from '../../../src/lib/http/foundation.ts'
 
 const server = await startTestServer()
 const proxied = await startTestServer({ env: { TRUSTED_PROXIES: '127.0.0.0/8' } })

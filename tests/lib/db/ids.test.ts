@@ -1,5 +1,5 @@
 import { expect, test } from 'bun:test'
-import { isId, newId } from '../../src/lib/ids.ts'
+import { isId, newId } from '../../../src/lib/db/ids.ts'
 
 test('ids carry their prefix and 26 Crockford base32 characters', () => {
   const id = newId('acc')

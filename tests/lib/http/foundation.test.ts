@@ -1,5 +1,5 @@
 import { expect, test } from 'bun:test'
-import { startTestServer } from '../support/server.ts'
+import { startTestServer } from '../../support/server.ts'
 
 const server = await startTestServer()
 

@@ -1,13 +1,13 @@
 import { describe, expect, test } from 'bun:test'
 import { like } from 'drizzle-orm'
-import { startTestServer } from '../support/server.ts'
-import { rateLimits } from '../../src/lib/db/schema.ts'
-import { CORS_ALLOWED_HEADERS, CORS_MAX_AGE_SECONDS, preflightHeaders } from '../../src/lib/cors.ts'
+import { startTestServer } from '../../support/server.ts'
+import { rateLimits } from '../../../src/lib/db/schema.ts'
+import { CORS_ALLOWED_HEADERS, CORS_MAX_AGE_SECONDS, preflightHeaders } from '../../../src/lib/http/cors.ts'
 import {
   API_RESOURCE_METADATA_PATHS,
   AUTHORIZATION_SERVER_METADATA_PATHS,
   MCP_RESOURCE_METADATA_PATHS,
-} from '../../src/oauth/discovery.ts'
+} from '../../../src/oauth/discovery.ts'
 
 const server = await startTestServer()
 const BROWSER_ORIGIN = 'https://agent.example.org'

@@ -1,5 +1,5 @@
 import { expect, test } from 'bun:test'
-import { constantTimeEqual, hashPassword, newSecret, sha256Hex, verifyPassword } from '../../src/lib/crypto.ts'
+import { constantTimeEqual, hashPassword, newSecret, sha256Hex, verifyPassword } from '../../../src/lib/security/crypto.ts'
 
 test('passwords: scrypt with its parameters stored; only the right password verifies', async () => {
   const stored = await hashPassword('correct horse battery staple')

@@ -1,6 +1,6 @@
 import { t } from 'elysia'
 import { badRequest } from './errors.ts'
-import { isId, type IdPrefix } from './ids.ts'
+import { isId, type IdPrefix } from '../db/ids.ts'
 
 /**
  * The paging parameters of every list, a REST query and an MCP tool's input alike: `limit` 1..100 (default 20) and an opaque `cursor`.

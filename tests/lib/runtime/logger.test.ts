@@ -1,9 +1,9 @@
 import { describe, expect, test } from 'bun:test'
 import { randomBytes } from 'node:crypto'
 import { sql } from 'drizzle-orm'
-import { batchedSink, createLogger, redactSecrets, redactedPath } from '../../src/lib/logger.ts'
-import { startTestServer } from '../support/server.ts'
-import { postJson } from '../oauth/support.ts'
+import { batchedSink, createLogger, redactSecrets, redactedPath } from '../../../src/lib/runtime/logger.ts'
+import { startTestServer } from '../../support/server.ts'
+import { postJson } from '../../oauth/support.ts'
 
 test('credential query parameters are redacted, others kept', () => {
   expect(redactedPath('http://h/v0/account?key=sk_live_abc')).toBe('/v0/account?key=[REDACTED]')

@@ -1,5 +1,5 @@
 import { expect, test } from 'bun:test'
-import { TtlCache } from '../../src/lib/cache.ts'
+import { TtlCache } from '../../../src/lib/cache/ttl-cache.ts'
 
 const clock = () => {
   let now = 1_000

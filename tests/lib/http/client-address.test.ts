@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import { addressForLimits, clientAddress, parseTrustedProxies, trustedProxies } from '../../src/lib/client-address.ts'
+import { addressForLimits, clientAddress, parseTrustedProxies, trustedProxies } from '../../../src/lib/http/client-address.ts'
 
 const behind = (cidrs: string) => trustedProxies(parseTrustedProxies(cidrs))
 

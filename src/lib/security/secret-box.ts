@@ -1,7 +1,7 @@
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { closeToOthers } from './file-modes.ts'
-import type { Logger } from './logger.ts'
+import type { Logger } from '../runtime/logger.ts'
 
 /**
  * Authenticated encryption (AES-256-GCM, Web Crypto) for secrets the service must read back:

@@ -1,7 +1,7 @@
 import { afterAll, expect, test } from 'bun:test'
-import { createLogger } from '../../src/lib/logger.ts'
-import { recordInvalidation, startInvalidationFeed } from '../../src/lib/invalidation-feed.ts'
-import { createTestDatabase } from '../support/database.ts'
+import { createLogger } from '../../../src/lib/runtime/logger.ts'
+import { recordInvalidation, startInvalidationFeed } from '../../../src/lib/cache/invalidation-feed.ts'
+import { createTestDatabase } from '../../support/database.ts'
 
 const database = await createTestDatabase()
 afterAll(() => database.drop())

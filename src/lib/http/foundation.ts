@@ -1,8 +1,8 @@
 import { Elysia } from 'elysia'
 import { ApiError, PROBLEM_CONTENT_TYPE, badRequest, databaseUnavailable, internalError, problemBody, problemResponse, schemaViolations, validationFailed, type FieldError, type SchemaIssue } from './errors.ts'
-import { newId } from './ids.ts'
-import { isDatabaseUnavailable } from './db/errors.ts'
-import { describeError, redactedPath, redactSecrets, type Logger } from './logger.ts'
+import { newId } from '../db/ids.ts'
+import { isDatabaseUnavailable } from '../db/errors.ts'
+import { describeError, redactedPath, redactSecrets, type Logger } from '../runtime/logger.ts'
 import { clientAddress as resolveClientAddress, trustedProxies, type TrustedProxies } from './client-address.ts'
 
 export const MAX_BODY_BYTES = 1024 * 1024
@@ -233,7 +233,7 @@ const NO_PROXIES: TrustedProxies = () => false
 
 /**
  * The client's IP address: the socket's peer as the runtime saw it ('unknown' when it did not
- * say), or behind trusted proxies the address they forwarded (src/lib/client-address.ts).
+ * say), or behind trusted proxies the address they forwarded (src/lib/http/client-address.ts).
  */
 export function clientAddressOf(request: Request): string {
   const proxies = proxiesOf.get(request)

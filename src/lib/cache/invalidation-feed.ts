@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm'
-import { queryRows, type Database, type DatabaseTransaction } from './db/client.ts'
-import { cacheInvalidations } from './db/schema.ts'
-import type { Logger } from './logger.ts'
+import { queryRows, type Database, type DatabaseTransaction } from '../db/client.ts'
+import { cacheInvalidations } from '../db/schema.ts'
+import type { Logger } from '../runtime/logger.ts'
 
 export type InvalidationKind = 'api_key' | 'account' | 'grant' | 'signing_key'
 

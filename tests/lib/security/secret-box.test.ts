@@ -2,8 +2,8 @@ import { expect, test } from 'bun:test'
 import { mkdtempSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { SecretBoxError, createSecretBox, resolveEncryptionKey } from '../../src/lib/secret-box.ts'
-import { createLogger } from '../../src/lib/logger.ts'
+import { SecretBoxError, createSecretBox, resolveEncryptionKey } from '../../../src/lib/security/secret-box.ts'
+import { createLogger } from '../../../src/lib/runtime/logger.ts'
 
 const key = () => crypto.getRandomValues(new Uint8Array(32))
 const logger = createLogger('silent')

@@ -1,5 +1,5 @@
 import { DrizzleQueryError } from 'drizzle-orm'
-import type { LogLevel } from './config.ts'
+import type { LogLevel } from '../config.ts'
 
 const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 }
 
