@@ -4,10 +4,10 @@ import { createSecretBox, type SecretBox } from '../lib/security/secret-box.ts'
 import type { LogFields } from '../lib/runtime/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
 import { sendWebhook, type AttemptResult } from './send.ts'
-import { occurrenceBody, SUBSCRIPTION_ID_HEADER } from '../mcp/event-wire.ts'
+import { occurrenceBody, SUBSCRIPTION_ID_HEADER } from './event-wire.ts'
 import { DELIVERIES_CHANNEL, WORKER_SESSION_SETTINGS, claimDueDeliveries, recordDeliveryAttempts, type ClaimedDelivery } from './store.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './supervisor.ts'
-import { OUTCOME_INDEX, type OutcomeCounts } from '../ops/delivery-counts.ts'
+import { OUTCOME_INDEX, type OutcomeCounts } from './outcomes.ts'
 
 const post = (message: FromWorker) => postMessage(message)
 const log = (level: 'debug' | 'info' | 'warn' | 'error', message: string, fields?: LogFields) => post({ type: 'log', level, message, fields })

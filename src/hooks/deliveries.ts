@@ -9,7 +9,7 @@ import type { SecretBox } from '../lib/security/secret-box.ts'
 import { markDue } from '../delivery/queue.ts'
 import { sendWebhook, type SendOptions } from '../delivery/send.ts'
 import { exampleEvent } from './event-catalog.ts'
-import type { EventType } from './event-types.ts'
+import type { EventType } from '../messages/event-types.ts'
 import type { DeliveryAttemptSchema, DeliveryDetailSchema, DeliverySchema, TestResultSchema } from './schemas.ts'
 import { getHook, type Hook } from './service.ts'
 
@@ -169,7 +169,7 @@ export async function retryDelivery(deps: Pick<DeliveryOperationDeps, 'db' | 'de
   return toDeliveryResource({ ...found, status: 'pending', next_attempt_at: new Date() })
 }
 
-// Delivery ids begin with their event's time (src/delivery/outbox.ts): a bound on the id lets the
+// Delivery ids begin with their event's time (src/messages/outbox.ts): a bound on the id lets the
 // index skip older deliveries. A minute of slack covers the event being made before its deliveries.
 const ID_SLACK_MS = 60_000
 

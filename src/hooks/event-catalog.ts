@@ -1,7 +1,7 @@
 import { t, type Static } from 'elysia'
-import { buildEvent, type EventPayload, type PendingEvent } from '../delivery/outbox.ts'
+import { buildEvent, type EventPayload, type PendingEvent } from '../messages/outbox.ts'
 import { EventSchema, type MessageSchema } from '../messages/schemas.ts'
-import { EVENT_DESCRIPTIONS, EVENT_TYPES, FILTER_KEYS, type EventType } from './event-types.ts'
+import { EVENT_DESCRIPTIONS, EVENT_TYPES, FILTER_KEYS, type EventType } from '../messages/event-types.ts'
 import { ContactList } from './schemas.ts'
 
 export const EventTypeSchema = t.Object(

@@ -3,7 +3,7 @@ import { Type } from '@sinclair/typebox'
 import { AccountParams } from '../accounts/schemas.ts'
 import { ApiKeyParam, PageParams } from '../lib/http/pagination.ts'
 import { PhoneNumber } from '../messages/schemas.ts'
-import { EVENT_TYPES } from './event-types.ts'
+import { EVENT_TYPES } from '../messages/event-types.ts'
 
 export const CircuitSchema = t.Object(
   {
@@ -27,7 +27,7 @@ export const ContactList = t.Array(PhoneNumber, {
 })
 
 /**
- * docs/api.md#filters. One member, the one of the subscription's event type (src/hooks/event-types.ts,
+ * docs/api.md#filters. One member, the one of the subscription's event type (src/messages/event-types.ts,
  * FILTER_KEYS): that it matches the type is checked by the service, which knows the type.
  */
 export const HookFilterSchema = t.Object(

@@ -10,7 +10,7 @@ import { isUniqueViolation } from '../lib/db/errors.ts'
 import { isId, newId } from '../lib/db/ids.ts'
 import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
-import { EVENT_TYPES, FILTER_KEYS, type EventType, type FilterKey } from './event-types.ts'
+import { EVENT_TYPES, FILTER_KEYS, type EventType, type FilterKey } from '../messages/event-types.ts'
 import type { HookFilterSchema, HookSchema } from './schemas.ts'
 
 export type Hook = typeof hooks.$inferSelect
@@ -273,7 +273,7 @@ async function markOwnHookDue(db: Database, accountId: string, hookId: string): 
 
 /**
  * Changes what the owner may change; the secret is kept. `paused` holds deliveries (they are
- * still recorded, src/delivery/outbox.ts, and the claim leaves them be); `active` resumes a
+ * still recorded, src/messages/outbox.ts, and the claim leaves them be); `active` resumes a
  * paused subscription or re-enables a disabled one (as `enableHook`, its failure clock
  * restarts). A new target URL follows the same rules as at creation. A new filter applies to
  * events from the commit on; `filter: null` removes it, leaving it out keeps it.

@@ -9,8 +9,8 @@ import type { SecretBox } from '../lib/security/secret-box.ts'
 import { startPeriodicSweep } from '../lib/runtime/sweep.ts'
 import { circuitState } from '../delivery/circuit.ts'
 import { sendWebhook, type SendOptions } from '../delivery/send.ts'
-import { EVENT_TYPES } from '../hooks/event-types.ts'
-import { controlMessageId, SUBSCRIPTION_ID_HEADER, terminatedBody } from './event-wire.ts'
+import { EVENT_TYPES } from '../messages/event-types.ts'
+import { controlMessageId, SUBSCRIPTION_ID_HEADER, terminatedBody } from '../delivery/event-wire.ts'
 
 /** docs/api.md#connected-apps: an agent's MCP event subscription, as its account's owner sees it. */
 export const EventSubscriptionSchema = t.Object(

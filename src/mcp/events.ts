@@ -12,10 +12,10 @@ import { constantTimeEqual, newSecret } from '../lib/security/crypto.ts'
 import { derivedId } from '../lib/db/ids.ts'
 import { EventSchema } from '../messages/schemas.ts'
 import { plainJsonSchema } from '../hooks/event-catalog.ts'
-import { EVENT_DESCRIPTIONS, EVENT_TYPES, FILTER_KEYS, type EventType } from '../hooks/event-types.ts'
+import { EVENT_DESCRIPTIONS, EVENT_TYPES, FILTER_KEYS, type EventType } from '../messages/event-types.ts'
 import { ContactList } from '../hooks/schemas.ts'
 import { checkSigningSecret, checkTargetUrl } from '../hooks/service.ts'
-import { controlMessageId, EVENT_ERRORS, SUBSCRIPTION_ID_HEADER, verificationBody } from './event-wire.ts'
+import { controlMessageId, EVENT_ERRORS, SUBSCRIPTION_ID_HEADER, verificationBody } from '../delivery/event-wire.ts'
 import type { ToolDeps } from './tools.ts'
 
 /** docs/mcp.md#events: how many webhook subscriptions one grant (one agent, for one user) may hold. */

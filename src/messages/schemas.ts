@@ -2,7 +2,7 @@ import { t } from 'elysia'
 import { PersonText } from '../lib/http/text.ts'
 import { ApiKeyParam, PageParams } from '../lib/http/pagination.ts'
 import { AccountParams } from '../accounts/schemas.ts'
-import { EVENT_TYPES } from '../hooks/event-types.ts'
+import { EVENT_TYPES } from './event-types.ts'
 
 // E.164: a plus sign and up to 15 digits. Also what a subscription's filter holds (src/hooks/schemas.ts).
 export const PhoneNumber = t.String({ pattern: '^\\+[1-9][0-9]{6,14}$', description: 'An E.164 number, e.g. +14155550123.' })

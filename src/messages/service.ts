@@ -1,16 +1,16 @@
 import { and, desc, eq, gte, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { queryRows, type Database } from '../lib/db/client.ts'
-import { createBatcher, createKeyedBatcher } from '../lib/batcher.ts'
+import { createBatcher, createKeyedBatcher } from './batcher.ts'
 import { startPeriodicSweep } from '../lib/runtime/sweep.ts'
 import { isDatabaseUnavailable } from '../lib/db/errors.ts'
 import { events, messages } from '../lib/db/schema.ts'
 import { isId, newId } from '../lib/db/ids.ts'
 import type { Logger } from '../lib/runtime/logger.ts'
 import { readPage, type Page } from '../lib/http/pagination.ts'
-import type { EventType } from '../hooks/event-types.ts'
+import type { EventType } from './event-types.ts'
 import type { Carrier } from './carrier.ts'
-import { buildEvent, storeEventsAndDeliveries, type EventPayload } from '../delivery/outbox.ts'
+import { buildEvent, storeEventsAndDeliveries, type EventPayload } from './outbox.ts'
 import type { MessageSchema } from './schemas.ts'
 
 export type Message = typeof messages.$inferSelect
@@ -46,7 +46,7 @@ export function toMessageResource(message: Message): MessageResource {
 export type MessageStorer = (message: Message) => Promise<void>
 
 /**
- * Stores outbound messages in batches (src/lib/batcher.ts): the messages accepted while one
+ * Stores outbound messages in batches (src/messages/batcher.ts): the messages accepted while one
  * batch is being written are inserted together, one statement and one commit for all of them.
  * Each request still answers only after its own message is committed.
  */
@@ -80,7 +80,7 @@ export async function acceptMessage(deps: Pick<MessageDeps, 'storeMessage'>, acc
 
 /** A carrier's outcome for a queued message, with the event that reports it. */
 interface Settlement {
-  /** Settlements are batched per account (src/lib/batcher.ts, createKeyedBatcher). */
+  /** Settlements are batched per account (src/messages/batcher.ts, createKeyedBatcher). */
   account_id: string
   message_id: string
   status: 'delivered' | 'failed'
@@ -98,8 +98,8 @@ const SETTLEMENT_ROWS = 2000
 export type MessageSettler = (settlement: Settlement) => Promise<number>
 
 /**
- * Settles messages in batches (src/lib/batcher.ts), each batch one statement: the status
- * changes, their events and the events' deliveries (src/delivery/outbox.ts). A message no
+ * Settles messages in batches (src/messages/batcher.ts), each batch one statement: the status
+ * changes, their events and the events' deliveries (src/messages/outbox.ts). A message no
  * longer queued (another process settled it) is left alone and gets no event. One batch lane
  * per account: an account whose events fan out to a thousand subscriptions writes thousands of
  * rows per message, and another account's settlements are not made to wait for that statement.

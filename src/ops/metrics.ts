@@ -3,7 +3,7 @@ import { Memoirist } from 'memoirist'
 import { sql } from 'drizzle-orm'
 import { queryRows, type DatabaseHandle } from '../lib/db/client.ts'
 import type { FetchHandler } from '../lib/http/foundation.ts'
-import { OUTCOMES, type OutcomeCounts } from './delivery-counts.ts'
+import { OUTCOMES, type OutcomeCounts } from '../delivery/outcomes.ts'
 
 export { OUTCOMES, type OutcomeCounts }
 

@@ -1,6 +1,6 @@
 import type { openapi } from '@elysiajs/openapi'
 import { eventCatalog } from '../hooks/event-catalog.ts'
-import { FILTER_KEYS } from '../hooks/event-types.ts'
+import { FILTER_KEYS } from '../messages/event-types.ts'
 
 // The OpenAPI 3.1 types the plugin's `documentation` option takes (from openapi-types).
 type Documentation31 = Extract<NonNullable<NonNullable<Parameters<typeof openapi>[0]>['documentation']>, { webhooks?: unknown }>

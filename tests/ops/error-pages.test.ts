@@ -1,11 +1,11 @@
 import { describe, expect, test } from 'bun:test'
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { ERROR_CATALOG, OAUTH_CODES, PROBLEM_CODES } from '../../src/lib/error-catalog.ts'
+import { ERROR_CATALOG, OAUTH_CODES, PROBLEM_CODES } from '../../src/ops/error-catalog.ts'
 import { startTestServer } from '../support/server.ts'
 
 // {PUBLIC_URL}/docs/errors (SPEC §3): the page every problem body's `type` links to, rendered
-// from the catalog in src/lib/error-catalog.ts, which must name every code the source throws.
+// from the catalog in src/ops/error-catalog.ts, which must name every code the source throws.
 
 const server = await startTestServer()
 

@@ -1,7 +1,7 @@
 import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { Webhook } from 'standardwebhooks'
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
-import { EVENT_TYPES } from '../../src/hooks/event-types.ts'
+import { EVENT_TYPES } from '../../src/messages/event-types.ts'
 import { startTestServer } from '../support/server.ts'
 import { startReceiver } from '../support/receiver.ts'
 

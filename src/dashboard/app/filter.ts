@@ -1,4 +1,4 @@
-import { FILTER_KEYS } from '../../hooks/event-types.ts'
+import { FILTER_KEYS } from '../../messages/event-types.ts'
 import type { Hook } from './types.ts'
 
 /** The numbers typed in a filter field, one per line or separated by commas; the API checks each. */

@@ -4,7 +4,7 @@
  */
 
 import { Type, type Static } from '@sinclair/typebox'
-import { problemTypeUrl } from '../error-catalog.ts'
+import { problemTypeUrl } from '../../ops/error-catalog.ts'
 
 export const FieldErrorSchema = Type.Object(
   {

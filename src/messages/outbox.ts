@@ -1,9 +1,9 @@
 import { sql, type SQL } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { newId } from '../lib/db/ids.ts'
-import { markDue } from './queue.ts'
-import type { EventType } from '../hooks/event-types.ts'
-import type { EventSchema, MessageSchema } from '../messages/schemas.ts'
+import { markDue } from '../delivery/queue.ts'
+import type { EventType } from './event-types.ts'
+import type { EventSchema, MessageSchema } from './schemas.ts'
 
 export type EventPayload = Static<typeof EventSchema>
 

@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import { createBatcher, createKeyedBatcher } from '../../src/lib/batcher.ts'
+import { createBatcher, createKeyedBatcher } from '../../src/messages/batcher.ts'
 
 describe('createBatcher', () => {
   test('the first item goes at once; items submitted meanwhile go together in the next batch, in order', async () => {

@@ -1,5 +1,5 @@
 import { afterAll, expect, test } from 'bun:test'
-import { clearHits, countHit, countHits, peekHits, releaseHits } from '../../src/lib/rate-limit.ts'
+import { clearHits, countHit, countHits, peekHits, releaseHits } from '../../src/oauth/rate-limit.ts'
 import { createTestDatabase } from '../support/database.ts'
 
 const database = await createTestDatabase()

@@ -1,4 +1,4 @@
-import type { DeliveryDecision } from '../delivery/policy.ts'
+import type { DeliveryDecision } from './policy.ts'
 
 // Shared by the delivery worker thread and the metrics (src/ops/metrics.ts); kept apart so that the
 // thread does not load prom-client.
