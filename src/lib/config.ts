@@ -2,8 +2,7 @@ import { Type as t, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { readFileSync } from 'node:fs'
 import { parseTrustedProxies } from './http/client-address.ts'
-
-const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const
+import { LOG_LEVELS, type LogLevel } from './runtime/logger.ts'
 
 const EnvSchema = t.Object({
   PORT: t.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
@@ -27,8 +26,6 @@ const EnvSchema = t.Object({
   METRICS_PORT: t.Optional(t.Integer({ minimum: 1, maximum: 65535 })),
   API_RATE_LIMIT: t.Integer({ minimum: 0, maximum: 100_000, default: 100 }),
 })
-
-export type LogLevel = (typeof LOG_LEVELS)[number]
 
 export interface Config {
   port: number

@@ -1,5 +1,7 @@
 import { DrizzleQueryError } from 'drizzle-orm'
-import type { LogLevel } from '../config.ts'
+
+export const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const
+export type LogLevel = (typeof LOG_LEVELS)[number]
 
 const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 }
 
