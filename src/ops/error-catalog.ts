@@ -14,12 +14,6 @@ export interface ErrorCatalogEntry {
   todo: string
 }
 
-/** The page's path; a code's section is its fragment. */
-export const ERROR_PAGE_PATH = '/docs/errors'
-
-/** A problem body's `type`: the section of the errors page that explains `code`. */
-export const problemTypeUrl = (publicUrl: string, code: string) => `${publicUrl}${ERROR_PAGE_PATH}#${code}`
-
 export const PROBLEM_CODES: readonly ErrorCatalogEntry[] = [
   {
     code: 'invalid_json',

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import { Elysia } from 'elysia'
-import { ERROR_PAGE_PATH, OAUTH_CODES, PROBLEM_CODES, type ErrorCatalogEntry } from './error-catalog.ts'
+import { OAUTH_CODES, PROBLEM_CODES, type ErrorCatalogEntry } from './error-catalog.ts'
+import { ERROR_PAGE_PATH } from '../lib/http/errors.ts'
 import { escapeHtml } from '../lib/http/html.ts'
 
 const STYLE = `

@@ -4,7 +4,6 @@
  */
 
 import { Type, type Static } from '@sinclair/typebox'
-import { problemTypeUrl } from '../../ops/error-catalog.ts'
 
 export const FieldErrorSchema = Type.Object(
   {
@@ -46,6 +45,12 @@ const TITLES: Record<number, string> = {
 }
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json'
+
+/** The errors page's path (src/ops/error-pages.ts); a code's section is its fragment. */
+export const ERROR_PAGE_PATH = '/docs/errors'
+
+/** A problem body's `type`: the section of the errors page that explains `code`. */
+export const problemTypeUrl = (publicUrl: string, code: string) => `${publicUrl}${ERROR_PAGE_PATH}#${code}`
 
 /**
  * A failure the client is meant to see. `problemCode` (not `code`: Elysia reserves that name on
