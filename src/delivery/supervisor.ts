@@ -2,8 +2,7 @@ import type { Config } from '../lib/config.ts'
 import type { DatabaseHandle } from '../lib/db/client.ts'
 import type { Logger, LogFields } from '../lib/runtime/logger.ts'
 import type { FlowSettings } from './flow-control.ts'
-import type { DeliveryMetrics } from '../ops/metrics.ts'
-import type { OutcomeCounts } from './outcomes.ts'
+import type { DeliveryMetrics, OutcomeCounts } from './outcomes.ts'
 import { claimDueDeliveries, recordDeliveryAttempts, type ClaimOptions, type RecordedAttempt } from './store.ts'
 
 /** A subscription this process has not sent to lately starts with this many attempts in flight (src/delivery/flow-control.ts). */

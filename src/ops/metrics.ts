@@ -3,7 +3,7 @@ import { Memoirist } from 'memoirist'
 import { sql } from 'drizzle-orm'
 import { queryRows, type DatabaseHandle } from '../lib/db/client.ts'
 import type { FetchHandler } from '../lib/http/foundation.ts'
-import { OUTCOMES, type OutcomeCounts } from '../delivery/outcomes.ts'
+import { OUTCOMES, type DeliveryMetrics, type OutcomeCounts } from '../delivery/outcomes.ts'
 
 export { OUTCOMES, type OutcomeCounts }
 
@@ -156,14 +156,6 @@ function createHttpMetrics(routes: readonly { method: string; path: string }[]) 
     }),
   }
   return { http, requestsMetric, durationMetric }
-}
-
-/** What the delivery supervisor reports (src/delivery/supervisor.ts). */
-export interface DeliveryMetrics {
-  /** From the worker thread, in batches: attempts ended since the last report, its sends in flight now, and how long each claim since took. */
-  attempts(outcomes: OutcomeCounts, inFlight: number, claimSeconds?: readonly number[]): void
-  /** The worker thread ended without being asked to and is started again. */
-  workerRestarted(): void
 }
 
 export interface Metrics {
