@@ -7,7 +7,7 @@ import { authPlugin, type AuthPluginDeps } from '../auth/plugin.ts'
 import type { ToolDeps } from './tools.ts'
 import { isAllowedOrigin } from './origin.ts'
 import { createMcpPostHandler } from './sdk-server.ts'
-import { MCP_TOOL_SCOPES } from '../oauth/discovery.ts'
+import { MCP_TOOL_SCOPES } from './scopes.ts'
 import { stepUpRefusal } from './step-up.ts'
 
 export interface McpRouteDeps extends ToolDeps, Omit<AuthPluginDeps, 'resourceMetadataUrl'> {

@@ -1,7 +1,8 @@
 import { Elysia, t } from 'elysia'
 import type { Config } from '../lib/config.ts'
-import { SCOPES, type Scope } from '../auth/scopes.ts'
+import { SCOPES } from '../auth/scopes.ts'
 import { cors } from '../lib/http/cors.ts'
+import { MCP_SCOPES } from '../mcp/scopes.ts'
 import { AuthorizationServerMetadata, ProtectedResourceMetadata } from './schemas.ts'
 
 /**
@@ -17,16 +18,6 @@ export const AUTHORIZATION_SERVER_METADATA_PATHS = [
 ] as const
 export const API_RESOURCE_METADATA_PATHS = ['/v0/.well-known/oauth-protected-resource', '/.well-known/oauth-protected-resource/v0'] as const
 export const MCP_RESOURCE_METADATA_PATHS = ['/v0/.well-known/oauth-protected-resource/mcp', '/.well-known/oauth-protected-resource/v0/mcp'] as const
-
-/**
- * The scopes of the MCP tools, which manage webhook subscriptions: what a 401 of the MCP endpoint
- * suggests. Subscribing to message events also needs `messages:read` (it hands the agent message
- * content, docs/mcp.md#events), asked for by step-up when an agent subscribes, so a client
- * registered for the tools' scopes alone still signs in.
- */
-export const MCP_TOOL_SCOPES: readonly Scope[] = ['hooks:read', 'hooks:write']
-/** Every scope the MCP endpoint uses, as its protected-resource metadata lists them: a client that asks for these gets no more. */
-export const MCP_SCOPES: readonly Scope[] = [...MCP_TOOL_SCOPES, 'messages:read']
 
 /** Short enough that a changed document reaches clients within minutes; long enough to spare repeated fetches. */
 export const DISCOVERY_CACHE_CONTROL = 'public, max-age=300'
