@@ -10,9 +10,6 @@ export const AccountSchema = t.Object(
   { title: 'Account' },
 )
 
-/** `{account_id}` in a path: the caller's own account (src/auth/plugin.ts `ownAccount`). */
-export const AccountParams = t.Object({ account_id: t.String({ maxLength: 64 }) })
-
 export const AccountNameSchema = PersonName({
   minLength: 1,
   maxLength: 200,

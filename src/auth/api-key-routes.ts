@@ -6,7 +6,7 @@ import { IdempotencyKeyHeader, runIdempotently } from '../lib/http/idempotency.t
 import type { Logger } from '../lib/runtime/logger.ts'
 import { PageQuery, pageOf } from '../lib/http/pagination.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
-import { AccountParams } from '../accounts/schemas.ts'
+import { AccountParams } from '../lib/http/params.ts'
 import { createApiKey, listActiveApiKeys, revokeApiKey, type ApiKey } from './api-keys.ts'
 import { ApiKeyParams, ApiKeySchema, CreateApiKeyBody, CreatedApiKeySchema } from './api-key-schemas.ts'
 import { auditActor } from './authenticator.ts'

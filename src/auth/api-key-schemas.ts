@@ -1,5 +1,5 @@
 import { t } from 'elysia'
-import { AccountParams } from '../accounts/schemas.ts'
+import { AccountParams } from '../lib/http/params.ts'
 import { PersonName } from '../lib/http/text.ts'
 
 export const ApiKeySchema = t.Object(

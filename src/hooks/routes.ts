@@ -4,7 +4,7 @@ import { EventTypeSchema, eventCatalog } from './event-catalog.ts'
 import { IdempotencyKeyHeader, runIdempotently } from '../lib/http/idempotency.ts'
 import { ProblemSchema } from '../lib/http/errors.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
-import { AccountParams } from '../accounts/schemas.ts'
+import { AccountParams } from '../lib/http/params.ts'
 import {
   CreateHookBody,
   CreatedHookSchema,

@@ -1,6 +1,6 @@
 import { t } from 'elysia'
 import { Type } from '@sinclair/typebox'
-import { AccountParams } from '../accounts/schemas.ts'
+import { AccountParams } from '../lib/http/params.ts'
 import { ApiKeyParam, PageParams } from '../lib/http/pagination.ts'
 import { PhoneNumber } from '../messages/schemas.ts'
 import { EVENT_TYPES } from '../messages/event-types.ts'

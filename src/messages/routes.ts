@@ -2,7 +2,7 @@ import { Elysia } from 'elysia'
 import { notFound } from '../lib/http/errors.ts'
 import { pageOf } from '../lib/http/pagination.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
-import { AccountParams } from '../accounts/schemas.ts'
+import { AccountParams } from '../lib/http/params.ts'
 import { EventSchema, EventsQuery, InboundMessageBody, MessageParams, MessageSchema, SendMessageBody } from './schemas.ts'
 import { acceptMessage, dispatchMessage, findMessage, listEvents, receiveInboundMessage, toMessageResource, type MessageDeps } from './service.ts'
 

@@ -1,7 +1,7 @@
 import { t } from 'elysia'
 import { PersonText } from '../lib/http/text.ts'
 import { ApiKeyParam, PageParams } from '../lib/http/pagination.ts'
-import { AccountParams } from '../accounts/schemas.ts'
+import { AccountParams } from '../lib/http/params.ts'
 import { EVENT_TYPES } from './event-types.ts'
 
 // E.164: a plus sign and up to 15 digits. Also what a subscription's filter holds (src/hooks/schemas.ts).

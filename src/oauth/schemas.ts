@@ -1,5 +1,5 @@
 import { t } from 'elysia'
-import { AccountParams } from '../accounts/schemas.ts'
+import { AccountParams } from '../lib/http/params.ts'
 import { Type } from '@sinclair/typebox'
 import { SCOPES } from '../auth/scopes.ts'
 

@@ -1,0 +1,4 @@
+import { t } from 'elysia'
+
+/** `{account_id}` in a path: the caller's own account (src/auth/plugin.ts `ownAccount`). */
+export const AccountParams = t.Object({ account_id: t.String({ maxLength: 64 }) })
