@@ -2,7 +2,7 @@ import { Elysia, t } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import { notFound } from '../lib/http/errors.ts'
 import { isId } from '../lib/db/ids.ts'
-import { IdempotencyKeyHeader, runIdempotently } from '../lib/http/idempotency.ts'
+import { IdempotencyKeyHeader, answerIdempotently } from '../lib/http/idempotency.ts'
 import type { Logger } from '../lib/runtime/logger.ts'
 import { PageQuery, pageOf } from '../lib/http/pagination.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
@@ -45,18 +45,11 @@ export function apiKeyRoutes(deps: ApiKeyRoutesDeps) {
     .post('/account/:account_id/keys', async ({ caller, params, body, request, set }) => {
       const accountId = ownAccount(caller, params.account_id)
       const name = body.name.trim()
-      const result = await runIdempotently(
-        deps,
-        { accountId, key: request.headers.get('idempotency-key'), request: `POST ${accountId} keys ${JSON.stringify({ name })}` },
-        async () => {
-          const { key, secret } = await createApiKey(deps.db, { accountId, name })
-          deps.logger.info('audit', { audit: true, action: 'api_key.created', api_key_id: key.id, account_id: accountId, ...auditActor(caller) })
-          return { status: 201, body: { ...toApiKeyResource(key), secret } }
-        },
-      )
-      set.status = result.status
-      if (result.replayed) set.headers['idempotent-replayed'] = 'true'
-      return result.body
+      return answerIdempotently(deps, { request, set }, { accountId, request: `keys ${JSON.stringify({ name })}` }, async () => {
+        const { key, secret } = await createApiKey(deps.db, { accountId, name })
+        deps.logger.info('audit', { audit: true, action: 'api_key.created', api_key_id: key.id, account_id: accountId, ...auditActor(caller) })
+        return { status: 201, body: { ...toApiKeyResource(key), secret } }
+      })
     }, {
       auth: { scope: 'keys:write' },
       params: AccountParams,

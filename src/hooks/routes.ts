@@ -1,7 +1,7 @@
 import { Elysia, t } from 'elysia'
 import { PageQuery, pageOf } from '../lib/http/pagination.ts'
 import { EventTypeSchema, eventCatalog } from './event-catalog.ts'
-import { IdempotencyKeyHeader, runIdempotently } from '../lib/http/idempotency.ts'
+import { IdempotencyKeyHeader, answerIdempotently } from '../lib/http/idempotency.ts'
 import { ProblemSchema } from '../lib/http/errors.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
 import { AccountParams } from '../lib/http/params.ts'
@@ -37,17 +37,10 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
       '/account/:account_id/hooks',
       async ({ caller, params, body, request, set }) => {
         const accountId = ownAccount(caller, params.account_id)
-        const result = await runIdempotently(
-          deps,
-          { accountId, key: request.headers.get('idempotency-key'), request: `POST ${accountId} hooks ${JSON.stringify(body)}` },
-          async () => {
-            const { hook, secret } = await createHook(deps, accountId, body)
-            return { status: 201, body: { ...toHookResource(hook), secret } }
-          },
-        )
-        set.status = result.status
-        if (result.replayed) set.headers['idempotent-replayed'] = 'true'
-        return result.body
+        return answerIdempotently(deps, { request, set }, { accountId, request: `hooks ${JSON.stringify(body)}` }, async () => {
+          const { hook, secret } = await createHook(deps, accountId, body)
+          return { status: 201, body: { ...toHookResource(hook), secret } }
+        })
       },
       {
         auth: { scope: 'hooks:write' },
@@ -183,17 +176,10 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
       async ({ caller, params, request, set }) => {
         const accountId = ownAccount(caller, params.account_id)
         // A retried rotation must not lose the secret the first one showed: replay it.
-        const result = await runIdempotently(
-          deps,
-          { accountId, key: request.headers.get('idempotency-key'), request: `POST ${accountId} hooks/${params.hook_id}/secret/rotate` },
-          async () => {
-            const { hook, secret } = await rotateHookSecret(deps, accountId, params.hook_id)
-            return { status: 200, body: { ...toHookResource(hook), secret, previous_secret_expires_at: hook.previousSecretExpiresAt!.toISOString() } }
-          },
-        )
-        set.status = result.status
-        if (result.replayed) set.headers['idempotent-replayed'] = 'true'
-        return result.body
+        return answerIdempotently(deps, { request, set }, { accountId, request: `hooks/${params.hook_id}/secret/rotate` }, async () => {
+          const { hook, secret } = await rotateHookSecret(deps, accountId, params.hook_id)
+          return { status: 200, body: { ...toHookResource(hook), secret, previous_secret_expires_at: hook.previousSecretExpiresAt!.toISOString() } }
+        })
       },
       {
         auth: { scope: 'hooks:write' },

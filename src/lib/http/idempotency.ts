@@ -1,5 +1,5 @@
 import { and, eq, sql } from 'drizzle-orm'
-import { t } from 'elysia'
+import { t, type Context } from 'elysia'
 import type { Database } from '../db/client.ts'
 import { idempotencyKeys } from '../db/schema.ts'
 import { ApiError } from './errors.ts'
@@ -76,4 +76,23 @@ export async function runIdempotently<Body>(
     await deps.db.delete(idempotencyKeys).where(where)
     throw error
   }
+}
+
+/**
+ * A route that accepts Idempotency-Key (docs/api.md#idempotency): `create` runs once per key, and
+ * a replay answers with the first response's status and body, marked `Idempotent-Replayed: true`.
+ * `request` names the endpoint and what was asked; the stored hash is of `POST {account} {request}`,
+ * so changing that form would turn a retry across a deploy into 422 `idempotency_key_reused`.
+ */
+export async function answerIdempotently<Body>(
+  deps: { db: Database; secretBox: SecretBox },
+  context: Pick<Context, 'request' | 'set'>,
+  scope: { accountId: string; request: string },
+  create: () => Promise<{ status: number; body: Body }>,
+): Promise<Body> {
+  const key = context.request.headers.get('idempotency-key')
+  const result = await runIdempotently(deps, { accountId: scope.accountId, key, request: `POST ${scope.accountId} ${scope.request}` }, create)
+  context.set.status = result.status
+  if (result.replayed) context.set.headers['idempotent-replayed'] = 'true'
+  return result.body
 }
