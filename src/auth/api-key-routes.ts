@@ -3,21 +3,18 @@ import type { Database } from '../lib/db/client.ts'
 import { notFound } from '../lib/http/errors.ts'
 import { isId } from '../lib/db/ids.ts'
 import { IdempotencyKeyHeader, answerIdempotently } from '../lib/http/idempotency.ts'
-import type { Logger } from '../lib/runtime/logger.ts'
 import { PageQuery, pageOf } from '../lib/http/pagination.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
 import { AccountParams } from '../lib/http/params.ts'
 import { createApiKey, listActiveApiKeys, revokeApiKey, type ApiKey } from './api-keys.ts'
 import { ApiKeyParams, ApiKeySchema, CreateApiKeyBody, CreatedApiKeySchema } from './api-key-schemas.ts'
 import { auditActor } from './authenticator.ts'
+import { recordRevocation, type RevocationDeps } from './revocation-audit.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from './plugin.ts'
 
-export interface ApiKeyRoutesDeps extends AuthPluginDeps {
+export interface ApiKeyRoutesDeps extends AuthPluginDeps, RevocationDeps {
   db: Database
   secretBox: SecretBox
-  logger: Logger
-  /** Applies the revocation on this instance at once (the other instances follow within seconds). */
-  syncCaches(): Promise<void>
 }
 
 export const toApiKeyResource = (key: ApiKey) => ({
@@ -62,8 +59,7 @@ export function apiKeyRoutes(deps: ApiKeyRoutesDeps) {
       const accountId = ownAccount(caller, params.account_id)
       const revoked = isId('key', params.key_id) && (await revokeApiKey(deps.db, params.key_id, accountId))
       if (!revoked) throw notFound(`No active API key ${params.key_id} on this account.`)
-      deps.logger.info('audit', { audit: true, action: 'api_key.revoked', api_key_id: params.key_id, account_id: accountId, ...auditActor(caller) })
-      await deps.syncCaches()
+      await recordRevocation(deps, caller, { action: 'api_key.revoked', api_key_id: params.key_id, account_id: accountId })
       set.status = 204
     }, {
       auth: { scope: 'keys:write' },

@@ -1,20 +1,17 @@
 import { Elysia, t } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import { notFound } from '../lib/http/errors.ts'
-import type { Logger } from '../lib/runtime/logger.ts'
 import { PageQuery, pageOf } from '../lib/http/pagination.ts'
 import { AccountParams } from '../lib/http/params.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
 import { auditActor } from '../auth/authenticator.ts'
+import { recordRevocation, type RevocationDeps } from '../auth/revocation-audit.ts'
 import { disconnectApp, isActiveGrant, listConnectedApps } from './connected-apps.ts'
 import { ConnectedAppSchema, EventSubscriptionParams, GrantParams } from './schemas.ts'
 import { endEventSubscription, EventSubscriptionListSchema, listEventSubscriptions } from '../mcp/event-subscriptions.ts'
 
-export interface ConnectedAppRoutesDeps extends AuthPluginDeps {
+export interface ConnectedAppRoutesDeps extends AuthPluginDeps, RevocationDeps {
   db: Database
-  logger: Logger
-  /** Applies the revocation on this instance at once (the other instances follow within seconds). */
-  syncCaches(): Promise<void>
 }
 
 /** `/account/{account_id}/grants` (docs/api.md#connected-apps): the apps and agents that hold access, and cutting one off. */
@@ -31,8 +28,7 @@ export function connectedAppRoutes(deps: ConnectedAppRoutesDeps) {
     .delete('/account/:account_id/grants/:grant_id', async ({ caller, params, set }) => {
       const accountId = ownAccount(caller, params.account_id)
       if (!(await disconnectApp(deps.db, accountId, params.grant_id))) throw notFound(`No active grant ${params.grant_id} on this account.`)
-      deps.logger.info('audit', { audit: true, action: 'grant.revoked', grant_id: params.grant_id, account_id: accountId, ...auditActor(caller) })
-      await deps.syncCaches()
+      await recordRevocation(deps, caller, { action: 'grant.revoked', grant_id: params.grant_id, account_id: accountId })
       set.status = 204
     }, {
       auth: { scope: 'grants:write' },
