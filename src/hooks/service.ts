@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { and, count, desc, eq, isNull, lt, sql } from 'drizzle-orm'
+import type { PgUpdateSetSource } from 'drizzle-orm/pg-core'
 import type { Static } from 'elysia'
 import { circuitState } from '../delivery/circuit.ts'
 import { markDue } from '../delivery/queue.ts'
@@ -232,23 +233,13 @@ export async function rotateHookSecret(deps: Pick<HookDeps, 'db' | 'secretBox'>,
  */
 export async function enableHook(db: Database, accountId: string, hookId: string): Promise<Hook> {
   if (!isId('hook', hookId)) throw noSuchHook(hookId)
-  const hook = await db.transaction(async (tx) => {
-    const [updated] = await tx
-      .update(hooks)
-      .set({
-        status: 'active',
-        disabledReason: null,
-        // The row's status before this update: only a disabled hook's clock restarts, and its circuit closes.
-        failingSince: sql`case when ${hooks.status} = 'active' then ${hooks.failingSince} end`,
-        ...closedCircuitUnlessActive,
-      })
-      .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
-      .returning()
-    await markOwnHookDue(tx as unknown as Database, accountId, hookId)
-    return updated
+  return changeOwnHook(db, accountId, hookId, {
+    status: 'active',
+    disabledReason: null,
+    // The row's status before this update: only a disabled hook's clock restarts, and its circuit closes.
+    failingSince: sql`case when ${hooks.status} = 'active' then ${hooks.failingSince} end`,
+    ...closedCircuitUnlessActive,
   })
-  if (!hook) throw noSuchHook(hookId)
-  return hook
 }
 
 /** A subscription made active again starts with a closed circuit (src/delivery/circuit.ts); an active one keeps its own. */
@@ -262,13 +253,20 @@ const closedCircuitUnlessActive = {
 const closedCircuit = { consecutiveFailures: 0, circuitOpenedAt: null, circuitProbeAt: null }
 
 /**
- * Whatever a change to a subscription does to its queue (resumed, re-enabled, a new target or
- * rate limit), the claim works it out when the subscription is next looked at: mark it due now,
- * in the transaction of the change. After the subscription's row, as the claim does too
- * (src/delivery/store.ts): two transactions taking both never wait on each other in a circle.
+ * Changes the account's subscription, or 404. Whatever a change does to its queue (resumed,
+ * re-enabled, a new target or rate limit), the claim works it out when the subscription is next
+ * looked at: mark it due now, in the transaction of the change. After the subscription's row, as
+ * the claim does too (src/delivery/store.ts): two transactions taking both never wait on each
+ * other in a circle.
  */
-async function markOwnHookDue(db: Database, accountId: string, hookId: string): Promise<void> {
-  await db.execute(markDue(sql`select id from hooks where id = ${hookId} and account_id = ${accountId}`))
+async function changeOwnHook(db: Database, accountId: string, hookId: string, changes: PgUpdateSetSource<typeof hooks>): Promise<Hook> {
+  const hook = await db.transaction(async (tx) => {
+    const [updated] = await tx.update(hooks).set(changes).where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId))).returning()
+    await tx.execute(markDue(sql`select id from hooks where id = ${hookId} and account_id = ${accountId}`))
+    return updated
+  })
+  if (!hook) throw noSuchHook(hookId)
+  return hook
 }
 
 /**
@@ -290,30 +288,20 @@ export async function updateHook(
   const filterContacts =
     input.filter === undefined || input.filter === null ? input.filter : filterContactsOf((await getHook(deps.db, accountId, hookId)).event as EventType, input.filter)
   try {
-    const hook = await deps.db.transaction(async (tx) => {
-      const [updated] = await tx
-        .update(hooks)
-        .set({
-          ...(targetUrl === undefined ? {} : { targetUrl, ...closedCircuit }),
-          ...(input.rate_limit_per_s === undefined ? {} : { rateLimitPerS: input.rate_limit_per_s }),
-          ...(filterContacts === undefined ? {} : { filterContacts }),
-          ...(input.status === undefined
-            ? {}
-            : {
-                status: input.status,
-                disabledReason: null,
-                // The row's status before this update: a subscription that was not active starts a new failure clock.
-                failingSince: sql`case when ${hooks.status} = 'active' then ${hooks.failingSince} end`,
-                ...(targetUrl === undefined && input.status === 'active' ? closedCircuitUnlessActive : {}),
-              }),
-        })
-        .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
-        .returning()
-      await markOwnHookDue(tx as unknown as Database, accountId, hookId)
-      return updated
+    return await changeOwnHook(deps.db, accountId, hookId, {
+      ...(targetUrl === undefined ? {} : { targetUrl, ...closedCircuit }),
+      ...(input.rate_limit_per_s === undefined ? {} : { rateLimitPerS: input.rate_limit_per_s }),
+      ...(filterContacts === undefined ? {} : { filterContacts }),
+      ...(input.status === undefined
+        ? {}
+        : {
+            status: input.status,
+            disabledReason: null,
+            // The row's status before this update: a subscription that was not active starts a new failure clock.
+            failingSince: sql`case when ${hooks.status} = 'active' then ${hooks.failingSince} end`,
+            ...(targetUrl === undefined && input.status === 'active' ? closedCircuitUnlessActive : {}),
+          }),
     })
-    if (!hook) throw noSuchHook(hookId)
-    return hook
   } catch (error) {
     if (isUniqueViolation(error)) throw new ApiError(409, 'conflict', `This account already has a subscription to this event for ${targetUrl}.`)
     throw error
