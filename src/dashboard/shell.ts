@@ -1,4 +1,4 @@
-import { escapeHtml, scriptJson } from '../lib/http/html.ts'
+import { escapeHtml, htmlHead, scriptJson } from '../lib/http/html.ts'
 
 /** What the page's script needs to know about this deployment; read from the page, never from a global. */
 export interface DashboardSettings {
@@ -16,18 +16,14 @@ export interface DashboardSettings {
 /** The HTML the browser loads first: the stylesheet, the settings as a JSON data block, and the one script. */
 export function renderDashboardShell(settings: DashboardSettings, nonce: string): string {
   const version = encodeURIComponent(settings.assetVersion)
-  return `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer">
-<title>Dashboard · Messaging</title>
-<link rel="icon" href="data:,">
+  const head = htmlHead(
+    'Dashboard · Messaging',
+    `<link rel="icon" href="data:,">
 <link rel="stylesheet" href="${escapeHtml(settings.assetPath)}/dashboard.css?v=${version}">
 <script type="application/json" id="dashboard-settings">${scriptJson(settings)}</script>
-<script type="module" nonce="${nonce}" src="${escapeHtml(settings.assetPath)}/dashboard.js?v=${version}"></script>
-</head>
+<script type="module" nonce="${nonce}" src="${escapeHtml(settings.assetPath)}/dashboard.js?v=${version}"></script>`,
+  )
+  return `${head}
 <body>
 <div id="app"><main class="signin"><h1>Messaging dashboard</h1><p id="loading">Loading…</p><noscript><p>The dashboard needs JavaScript.</p></noscript></main></div>
 </body>

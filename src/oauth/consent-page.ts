@@ -1,5 +1,5 @@
 import { SCOPE_DESCRIPTIONS, type Scope } from '../auth/scopes.ts'
-import { escapeHtml, scriptJson } from '../lib/http/html.ts'
+import { escapeHtml, htmlHead, scriptJson } from '../lib/http/html.ts'
 
 
 export interface ConsentPageInput {
@@ -53,16 +53,8 @@ export function renderConsentPage(input: ConsentPageInput): string {
   const scopeItems = input.scopes.map((scope) => `<li>${escapeHtml(SCOPE_DESCRIPTIONS[scope])}</li>`).join('')
   const name = escapeHtml(input.clientName)
   const heading = input.firstParty ? `Sign in to the <strong id="client-name">${name}</strong>` : `<strong id="client-name">${name}</strong> wants to access your messaging account`
-  const title = input.firstParty ? `Sign in to the ${name}` : `Authorize ${name}`
-  return `<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer">
-<title>${title}</title>
-<style nonce="${input.nonce}">${STYLE}</style>
-</head>
+  const title = input.firstParty ? `Sign in to the ${input.clientName}` : `Authorize ${input.clientName}`
+  return `${htmlHead(title, `<style nonce="${input.nonce}">${STYLE}</style>`)}
 <body>
 <main>
   <h1>${heading}</h1>
@@ -132,10 +124,7 @@ export function renderErrorPage(input: ErrorPageInput): string {
       'Follow the link only if you meant to use that application.</p>\n' +
       `<div class="actions"><a class="button" id="return" href="${escapeHtml(input.returnTo.href)}">Return to ${escapeHtml(input.returnTo.destination)}</a></div>`
     : '<p>Return to the application and try again, or contact its developer.</p>'
-  return `<!doctype html>
-<html lang="en">
-<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><meta name="referrer" content="no-referrer"><title>Authorization error</title>
-<style nonce="${input.nonce}">${STYLE}</style></head>
+  return `${htmlHead('Authorization error', `<style nonce="${input.nonce}">${STYLE}</style>`)}
 <body><main><h1>This authorization request cannot go on</h1><p class="error" id="error">${escapeHtml(input.message)}</p>
 ${code}
 ${next}</main></body>
