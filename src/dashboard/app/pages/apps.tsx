@@ -1,7 +1,8 @@
 import { useState } from 'preact/hooks'
 import { SCOPE_DESCRIPTIONS, isScope } from '../../../auth/scopes.ts'
 import { api } from '../api.ts'
-import { ConfirmButton, EmptyState, ErrorNotice, LoadMore, Notice, PageHeading, StatusBadge, Time, useAction, useLoad, usePages } from '../components.tsx'
+import { ConfirmButton, ErrorNotice, Notice, PageHeading, StatusBadge, Time, useAction, useLoad, usePages } from '../components.tsx'
+import { PagedList, RowsTable } from '../list.tsx'
 import { settings } from '../settings.ts'
 import { currentGrantId } from '../session.ts'
 import type { ConnectedApp, EventSubscription, Page } from '../types.ts'
@@ -24,47 +25,39 @@ function EventSubscriptions({ accountId, grantId, onEnded }: { accountId: string
   return (
     <>
       <p>It is told of these events:</p>
-      <table class="rows event-subscriptions">
-        <thead>
-          <tr>
-            <th scope="col">Event</th>
-            <th scope="col">Which</th>
-            <th scope="col">Sent to</th>
-            <th scope="col">State</th>
-            <th scope="col">Ends</th>
-            <th scope="col"><span class="visually-hidden">Actions</span></th>
+      <RowsTable
+        class="event-subscriptions"
+        columns={['Event', 'Which', 'Sent to', 'State', 'Ends']}
+        actions
+        items={items}
+        row={(subscription) => (
+          <tr key={subscription.id} data-subscription-id={subscription.id}>
+            <td data-label="Event" class="nowrap">{subscription.event}</td>
+            <td data-label="Which">{argumentsInWords(subscription.arguments)}</td>
+            <td data-label="Sent to" class="url">{subscription.callback_url}</td>
+            <td data-label="State" class="nowrap">
+              <StatusBadge status={subscription.status} />
+              {subscription.circuit !== 'closed' && ` circuit ${subscription.circuit.replace('_', '-')}`}
+            </td>
+            <td data-label="Ends"><Time iso={subscription.expires_at} /></td>
+            <td class="nowrap">
+              <ConfirmButton
+                label="End"
+                question={`Stop telling it of ${subscription.event}? It can subscribe again while it has access.`}
+                confirmLabel="End subscription"
+                busy={end.busy}
+                onConfirm={() =>
+                  end.run(async () => {
+                    await api('DELETE', `/account/${accountId}/grants/${grantId}/event-subscriptions/${subscription.id}`)
+                    await subscriptions.reload()
+                    onEnded(`Ended its ${subscription.event} subscription.`)
+                  })
+                }
+              />
+            </td>
           </tr>
-        </thead>
-        <tbody>
-          {items.map((subscription) => (
-            <tr key={subscription.id} data-subscription-id={subscription.id}>
-              <td data-label="Event" class="nowrap">{subscription.event}</td>
-              <td data-label="Which">{argumentsInWords(subscription.arguments)}</td>
-              <td data-label="Sent to" class="url">{subscription.callback_url}</td>
-              <td data-label="State" class="nowrap">
-                <StatusBadge status={subscription.status} />
-                {subscription.circuit !== 'closed' && ` circuit ${subscription.circuit.replace('_', '-')}`}
-              </td>
-              <td data-label="Ends"><Time iso={subscription.expires_at} /></td>
-              <td class="nowrap">
-                <ConfirmButton
-                  label="End"
-                  question={`Stop telling it of ${subscription.event}? It can subscribe again while it has access.`}
-                  confirmLabel="End subscription"
-                  busy={end.busy}
-                  onConfirm={() =>
-                    end.run(async () => {
-                      await api('DELETE', `/account/${accountId}/grants/${grantId}/event-subscriptions/${subscription.id}`)
-                      await subscriptions.reload()
-                      onEnded(`Ended its ${subscription.event} subscription.`)
-                    })
-                  }
-                />
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
+        )}
+      />
       <ErrorNotice error={end.error} action="Ending the subscription" />
     </>
   )
@@ -119,27 +112,26 @@ export function AppsPage({ accountId }: { accountId: string }) {
       <PageHeading>Connected apps</PageHeading>
       <p>Apps and AI agents you or your team allowed to act on this account through OAuth, including sessions of this dashboard.</p>
       {message && <Notice takeFocus>{message}</Notice>}
-      <ErrorNotice error={grants.error} action="Loading the connected apps" />
-      {grants.data && grants.items.length === 0 && (
-        <EmptyState>
-          <p>No app or agent has access. When one asks (an MCP client, an app using OAuth), you approve it on the consent page and it appears here.</p>
-        </EmptyState>
-      )}
-      <ul class="grants" id="grants">
-        {grants.items.map((grant) => (
-          <GrantCard
-            key={grant.id}
-            accountId={accountId}
-            grant={grant}
-            onRevoked={(text) => {
-              setMessage(text)
-              setVersion((value) => value + 1)
-            }}
-            onEnded={setMessage}
-          />
-        ))}
-      </ul>
-      <LoadMore pages={grants} />
+      <PagedList
+        pages={grants}
+        action="Loading the connected apps"
+        empty={<p>No app or agent has access. When one asks (an MCP client, an app using OAuth), you approve it on the consent page and it appears here.</p>}
+      >
+        <ul class="grants" id="grants">
+          {grants.items.map((grant) => (
+            <GrantCard
+              key={grant.id}
+              accountId={accountId}
+              grant={grant}
+              onRevoked={(text) => {
+                setMessage(text)
+                setVersion((value) => value + 1)
+              }}
+              onEnded={setMessage}
+            />
+          ))}
+        </ul>
+      </PagedList>
     </>
   )
 }

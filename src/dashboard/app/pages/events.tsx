@@ -1,6 +1,7 @@
 import { useState } from 'preact/hooks'
 import { api } from '../api.ts'
-import { EmptyState, ErrorNotice, LoadMore, PageHeading, Time, useLoad, usePages } from '../components.tsx'
+import { PageHeading, Time, useLoad, usePages } from '../components.tsx'
+import { PagedList, RowsTable } from '../list.tsx'
 import type { Event, EventType, Page } from '../types.ts'
 
 function describeMessage(event: Event): string {
@@ -34,42 +35,33 @@ export function EventsPage({ accountId }: { accountId: string }) {
           ))}
         </select>
       </div>
-      <ErrorNotice error={events.error ?? eventTypes.error} action="Loading the events" />
-      {events.data && events.items.length === 0 && (
-        <EmptyState>
-          <p>{type ? `No ${type} events yet.` : 'No events yet. Send a message (POST /v0/account/{id}/messages): its outcome appears here and goes to your webhooks.'}</p>
-        </EmptyState>
-      )}
-      {events.items.length > 0 && (
-        <table class="rows" id="events">
-          <caption class="visually-hidden">Events, newest first</caption>
-          <thead>
-            <tr>
-              <th scope="col">When</th>
-              <th scope="col">Type</th>
-              <th scope="col">What</th>
-              <th scope="col">Event id</th>
+      <PagedList
+        pages={events}
+        action="Loading the events"
+        error={events.error ?? eventTypes.error}
+        empty={<p>{type ? `No ${type} events yet.` : 'No events yet. Send a message (POST /v0/account/{id}/messages): its outcome appears here and goes to your webhooks.'}</p>}
+      >
+        <RowsTable
+          id="events"
+          caption="Events, newest first"
+          columns={['When', 'Type', 'What', 'Event id']}
+          items={events.items}
+          row={(event) => (
+            <tr key={event.id}>
+              <td data-label="When">
+                <Time iso={event.timestamp} />
+              </td>
+              <td data-label="Type">
+                <code>{event.type}</code>
+              </td>
+              <td data-label="What">{describeMessage(event)}</td>
+              <td data-label="Event id">
+                <code>{event.id}</code>
+              </td>
             </tr>
-          </thead>
-          <tbody>
-            {events.items.map((event) => (
-              <tr key={event.id}>
-                <td data-label="When">
-                  <Time iso={event.timestamp} />
-                </td>
-                <td data-label="Type">
-                  <code>{event.type}</code>
-                </td>
-                <td data-label="What">{describeMessage(event)}</td>
-                <td data-label="Event id">
-                  <code>{event.id}</code>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
-      <LoadMore pages={events} />
+          )}
+        />
+      </PagedList>
     </>
   )
 }

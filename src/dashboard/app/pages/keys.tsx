@@ -1,6 +1,7 @@
 import { useState } from 'preact/hooks'
 import { api, idempotencyKey } from '../api.ts'
-import { ConfirmButton, EmptyState, ErrorNotice, LoadMore, Notice, PageHeading, SecretOnce, Time, useAction, usePages } from '../components.tsx'
+import { ConfirmButton, ErrorNotice, Notice, PageHeading, SecretOnce, Time, useAction, usePages } from '../components.tsx'
+import { PagedList, RowsTable } from '../list.tsx'
 import { settings } from '../settings.ts'
 import type { ApiKey, CreatedApiKey, Page } from '../types.ts'
 
@@ -83,43 +84,35 @@ export function KeysPage({ accountId }: { accountId: string }) {
         </SecretOnce>
       )}
       {message && <Notice takeFocus>{message}</Notice>}
-      <ErrorNotice error={keys.error} action="Loading the keys" />
-      {keys.data && keys.items.length === 0 && (
-        <EmptyState>
-          <p>No API keys. Create one above for your server, or with <code>bun run cli apikey create</code>.</p>
-        </EmptyState>
-      )}
-      {keys.items.length > 0 && (
-        <table class="rows" id="keys">
-          <caption class="visually-hidden">Active API keys, newest first</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Key</th>
-              <th scope="col">Created</th>
-              <th scope="col">Last used</th>
-              <th scope="col">
-                <span class="visually-hidden">Actions</span>
-              </th>
-            </tr>
-          </thead>
-          <tbody>
-            {keys.items.map((apiKey) => (
-              <KeyRow
-                key={apiKey.id}
-                accountId={accountId}
-                apiKey={apiKey}
-                onRevoked={(text) => {
-                  setMessage(text)
-                  setCreated(null)
-                  setVersion((value) => value + 1)
-                }}
-              />
-            ))}
-          </tbody>
-        </table>
-      )}
-      <LoadMore pages={keys} />
+      <PagedList
+        pages={keys}
+        action="Loading the keys"
+        empty={
+          <p>
+            No API keys. Create one above for your server, or with <code>bun run cli apikey create</code>.
+          </p>
+        }
+      >
+        <RowsTable
+          id="keys"
+          caption="Active API keys, newest first"
+          columns={['Name', 'Key', 'Created', 'Last used']}
+          actions
+          items={keys.items}
+          row={(apiKey) => (
+            <KeyRow
+              key={apiKey.id}
+              accountId={accountId}
+              apiKey={apiKey}
+              onRevoked={(text) => {
+                setMessage(text)
+                setCreated(null)
+                setVersion((value) => value + 1)
+              }}
+            />
+          )}
+        />
+      </PagedList>
     </>
   )
 }

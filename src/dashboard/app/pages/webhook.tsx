@@ -1,6 +1,7 @@
 import { useState } from 'preact/hooks'
 import { api, idempotencyKey } from '../api.ts'
-import { ConfirmButton, EmptyState, ErrorNotice, LoadMore, Notice, PageHeading, SecretOnce, StatusBadge, Time, useAction, useLoad, usePages } from '../components.tsx'
+import { ConfirmButton, ErrorNotice, Notice, PageHeading, SecretOnce, StatusBadge, Time, useAction, useLoad, usePages } from '../components.tsx'
+import { PagedList } from '../list.tsx'
 import { describeAttempt } from '../format.ts'
 import { hrefOf, navigate } from '../navigation.ts'
 import { contactsOf, filterFor, filteredContacts } from '../filter.ts'
@@ -121,18 +122,17 @@ function Deliveries({ accountId, hook, refreshKey }: { accountId: string; hook: 
           Refresh
         </button>
       </div>
-      <ErrorNotice error={deliveries.error} action="Loading the deliveries" />
-      {deliveries.data && deliveries.items.length === 0 && (
-        <EmptyState>
-          <p>{state ? `No ${state} deliveries.` : 'No deliveries yet. Send a test event above, or send a message: its outcome is delivered here.'}</p>
-        </EmptyState>
-      )}
-      <ul class="deliveries" id="deliveries">
-        {deliveries.items.map((delivery) => (
-          <DeliveryRow key={delivery.id} accountId={accountId} hookId={hook.id} delivery={delivery} />
-        ))}
-      </ul>
-      <LoadMore pages={deliveries} />
+      <PagedList
+        pages={deliveries}
+        action="Loading the deliveries"
+        empty={<p>{state ? `No ${state} deliveries.` : 'No deliveries yet. Send a test event above, or send a message: its outcome is delivered here.'}</p>}
+      >
+        <ul class="deliveries" id="deliveries">
+          {deliveries.items.map((delivery) => (
+            <DeliveryRow key={delivery.id} accountId={accountId} hookId={hook.id} delivery={delivery} />
+          ))}
+        </ul>
+      </PagedList>
       <Recover accountId={accountId} hookId={hook.id} onRecovered={() => setOwn(own + 1)} />
     </section>
   )

@@ -1,5 +1,6 @@
 import { api } from '../api.ts'
-import { EmptyState, ErrorNotice, LoadMore, Notice, PageHeading, StatusBadge, Time, usePages } from '../components.tsx'
+import { Notice, PageHeading, StatusBadge, Time, usePages } from '../components.tsx'
+import { PagedList, RowsTable } from '../list.tsx'
 import { hrefOf } from '../navigation.ts'
 import type { Hook, Page } from '../types.ts'
 
@@ -17,49 +18,43 @@ export function WebhooksPage({ accountId, flash }: { accountId: string; flash: s
         </a>
       </div>
       {flash && <Notice takeFocus>{flash}</Notice>}
-      <ErrorNotice error={hooks.error} action="Loading the webhooks" />
-      {hooks.data && hooks.items.length === 0 && (
-        <EmptyState>
-          <p>No webhooks yet. A webhook sends your server a signed POST when a message is delivered, fails, or a contact writes back.</p>
-          <p>
-            <a href={hrefOf({ page: 'new-webhook' })}>Create your first webhook</a>, or try one with <code>bun run cli listen</code> on your machine.
-          </p>
-        </EmptyState>
-      )}
-      {hooks.items.length > 0 && (
-        <table class="rows" id="webhooks">
-          <caption class="visually-hidden">Your webhook subscriptions, newest first</caption>
-          <thead>
-            <tr>
-              <th scope="col">Endpoint</th>
-              <th scope="col">Event</th>
-              <th scope="col">Status</th>
-              <th scope="col">Created</th>
+      <PagedList
+        pages={hooks}
+        action="Loading the webhooks"
+        empty={
+          <>
+            <p>No webhooks yet. A webhook sends your server a signed POST when a message is delivered, fails, or a contact writes back.</p>
+            <p>
+              <a href={hrefOf({ page: 'new-webhook' })}>Create your first webhook</a>, or try one with <code>bun run cli listen</code> on your machine.
+            </p>
+          </>
+        }
+      >
+        <RowsTable
+          id="webhooks"
+          caption="Your webhook subscriptions, newest first"
+          columns={['Endpoint', 'Event', 'Status', 'Created']}
+          items={hooks.items}
+          row={(hook) => (
+            <tr key={hook.id}>
+              <td data-label="Endpoint">
+                <a class="url" href={hrefOf({ page: 'webhook', hookId: hook.id })}>
+                  {hook.target_url}
+                </a>
+              </td>
+              <td data-label="Event">
+                <code>{hook.event}</code>
+              </td>
+              <td data-label="Status">
+                <StatusBadge status={hook.status} />
+              </td>
+              <td data-label="Created">
+                <Time iso={hook.created_at} />
+              </td>
             </tr>
-          </thead>
-          <tbody>
-            {hooks.items.map((hook) => (
-              <tr key={hook.id}>
-                <td data-label="Endpoint">
-                  <a class="url" href={hrefOf({ page: 'webhook', hookId: hook.id })}>
-                    {hook.target_url}
-                  </a>
-                </td>
-                <td data-label="Event">
-                  <code>{hook.event}</code>
-                </td>
-                <td data-label="Status">
-                  <StatusBadge status={hook.status} />
-                </td>
-                <td data-label="Created">
-                  <Time iso={hook.created_at} />
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
-      <LoadMore pages={hooks} />
+          )}
+        />
+      </PagedList>
     </>
   )
 }
