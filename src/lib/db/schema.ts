@@ -1,10 +1,13 @@
 import { sql } from 'drizzle-orm'
-import { bigint, boolean, customType, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
+import { type AnyPgColumn, bigint, boolean, customType, index, integer, jsonb, pgTable, primaryKey, text, timestamp, uniqueIndex } from 'drizzle-orm/pg-core'
 
 /** A 64-bit transaction id (PostgreSQL's xid8), read and written as its decimal text. */
 const xid8 = customType<{ data: string }>({ dataType: () => 'xid8' })
 
 const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
+
+/** The id of the row this one belongs to: deleting that row deletes this one. */
+const ownerId = <Name extends string>(name: Name, owner: () => AnyPgColumn) => text(name).notNull().references(owner, { onDelete: 'cascade' })
 
 export const accounts = pgTable('accounts', {
   id: text('id').primaryKey(),
@@ -16,9 +19,7 @@ export const users = pgTable(
   'users',
   {
     id: text('id').primaryKey(),
-    accountId: text('account_id')
-      .notNull()
-      .references(() => accounts.id, { onDelete: 'cascade' }),
+    accountId: ownerId('account_id', () => accounts.id),
     /** Stored lower-cased: sign-in by email is case-insensitive. */
     email: text('email').notNull(),
     passwordHash: text('password_hash').notNull(),
@@ -31,9 +32,7 @@ export const apiKeys = pgTable(
   'api_keys',
   {
     id: text('id').primaryKey(),
-    accountId: text('account_id')
-      .notNull()
-      .references(() => accounts.id, { onDelete: 'cascade' }),
+    accountId: ownerId('account_id', () => accounts.id),
     name: text('name'),
     /** The first characters of the secret, shown in listings so a key can be recognised. */
     secretPrefix: text('secret_prefix').notNull(),
@@ -102,15 +101,9 @@ export const grants = pgTable(
   'grants',
   {
     id: text('id').primaryKey(),
-    clientId: text('client_id')
-      .notNull()
-      .references(() => oauthClients.id, { onDelete: 'cascade' }),
-    userId: text('user_id')
-      .notNull()
-      .references(() => users.id, { onDelete: 'cascade' }),
-    accountId: text('account_id')
-      .notNull()
-      .references(() => accounts.id, { onDelete: 'cascade' }),
+    clientId: ownerId('client_id', () => oauthClients.id),
+    userId: ownerId('user_id', () => users.id),
+    accountId: ownerId('account_id', () => accounts.id),
     scope: text('scope').notNull(),
     audience: text('audience').array().notNull(),
     createdAt: createdAt(),
@@ -126,12 +119,8 @@ export const grants = pgTable(
 /** Authorization codes (60 s, single use); stored as SHA-256. */
 export const authorizationCodes = pgTable('authorization_codes', {
   codeHash: text('code_hash').primaryKey(),
-  clientId: text('client_id')
-    .notNull()
-    .references(() => oauthClients.id, { onDelete: 'cascade' }),
-  userId: text('user_id')
-    .notNull()
-    .references(() => users.id, { onDelete: 'cascade' }),
+  clientId: ownerId('client_id', () => oauthClients.id),
+  userId: ownerId('user_id', () => users.id),
   accountId: text('account_id').notNull(),
   redirectUri: text('redirect_uri').notNull(),
   codeChallenge: text('code_challenge').notNull(),
@@ -154,9 +143,7 @@ export const refreshTokens = pgTable(
   'refresh_tokens',
   {
     tokenHash: text('token_hash').primaryKey(),
-    grantId: text('grant_id')
-      .notNull()
-      .references(() => grants.id, { onDelete: 'cascade' }),
+    grantId: ownerId('grant_id', () => grants.id),
     expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
     rotatedAt: timestamp('rotated_at', { withTimezone: true, mode: 'date' }),
     successorCiphertext: text('successor_ciphertext'),
@@ -184,9 +171,7 @@ export const hooks = pgTable(
   'hooks',
   {
     id: text('id').primaryKey(),
-    accountId: text('account_id')
-      .notNull()
-      .references(() => accounts.id, { onDelete: 'cascade' }),
+    accountId: ownerId('account_id', () => accounts.id),
     event: text('event').notNull(),
     targetUrl: text('target_url').notNull(),
     status: text('status').notNull().default('active'),
@@ -238,9 +223,7 @@ export const hooks = pgTable(
 export const idempotencyKeys = pgTable(
   'idempotency_keys',
   {
-    accountId: text('account_id')
-      .notNull()
-      .references(() => accounts.id, { onDelete: 'cascade' }),
+    accountId: ownerId('account_id', () => accounts.id),
     key: text('key').notNull(),
     requestHash: text('request_hash').notNull(),
     /** Null while the first request is still running. */
@@ -256,9 +239,7 @@ export const messages = pgTable(
   'messages',
   {
     id: text('id').primaryKey(),
-    accountId: text('account_id')
-      .notNull()
-      .references(() => accounts.id, { onDelete: 'cascade' }),
+    accountId: ownerId('account_id', () => accounts.id),
     direction: text('direction').notNull(),
     /** The other party: the recipient of an outbound message, the sender of an inbound one. */
     contact: text('contact').notNull(),
@@ -279,9 +260,7 @@ export const events = pgTable(
   'events',
   {
     id: text('id').primaryKey(),
-    accountId: text('account_id')
-      .notNull()
-      .references(() => accounts.id, { onDelete: 'cascade' }),
+    accountId: ownerId('account_id', () => accounts.id),
     type: text('type').notNull(),
     payload: text('payload').notNull(),
     /** An example sent by POST …/hooks/{hook_id}/test: its delivery is shown in the log, never in GET /events. */
@@ -301,13 +280,9 @@ export const deliveries = pgTable(
   'deliveries',
   {
     id: text('id').primaryKey(),
-    eventId: text('event_id')
-      .notNull()
-      .references(() => events.id, { onDelete: 'cascade' }),
+    eventId: ownerId('event_id', () => events.id),
     // Deleting a subscription deletes its pending deliveries: they are cancelled.
-    hookId: text('hook_id')
-      .notNull()
-      .references(() => hooks.id, { onDelete: 'cascade' }),
+    hookId: ownerId('hook_id', () => hooks.id),
     /** pending, delivered, failed, or canceled (its subscription was disabled while it waited: POST …/recover sends it again). */
     status: text('status').notNull().default('pending'),
     attempts: integer('attempts').notNull().default(0),
@@ -351,12 +326,8 @@ export const deliveryAttempts = pgTable(
   'delivery_attempts',
   {
     id: text('id').primaryKey(),
-    deliveryId: text('delivery_id')
-      .notNull()
-      .references(() => deliveries.id, { onDelete: 'cascade' }),
-    hookId: text('hook_id')
-      .notNull()
-      .references(() => hooks.id, { onDelete: 'cascade' }),
+    deliveryId: ownerId('delivery_id', () => deliveries.id),
+    hookId: ownerId('hook_id', () => hooks.id),
     eventId: text('event_id').notNull(),
     attemptedAt: timestamp('attempted_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
     statusCode: integer('status_code'),
