@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { Elysia } from 'elysia'
 import { ApiError } from '../lib/http/errors.ts'
+import { htmlPageHeaders } from '../lib/http/html.ts'
 import type { Logger } from '../lib/runtime/logger.ts'
 import { DashboardUnavailable, dashboardAssets, type DashboardAssets } from './assets.ts'
 import { DASHBOARD_CLIENT_ID, DASHBOARD_SCOPES, dashboardRedirectUri } from './client.ts'
@@ -12,30 +13,8 @@ export interface DashboardRoutesDeps {
   logger: Logger
 }
 
-/**
- * No third-party origin anywhere, scripts only with this response's nonce, styles only from our
- * own stylesheet, calls only to our own API, and never inside a frame.
- */
-function shellHeaders(nonce: string): Record<string, string> {
-  return {
-    'content-type': 'text/html; charset=utf-8',
-    'cache-control': 'no-store',
-    'x-content-type-options': 'nosniff',
-    'x-frame-options': 'DENY',
-    // The OAuth code arrives in this page's URL: it must never leave in a Referer.
-    'referrer-policy': 'no-referrer',
-    'content-security-policy': [
-      "default-src 'none'",
-      `script-src 'nonce-${nonce}'`,
-      "style-src 'self'",
-      "img-src 'self' data:",
-      "connect-src 'self'",
-      "form-action 'none'",
-      "base-uri 'none'",
-      "frame-ancestors 'none'",
-    ].join('; '),
-  }
-}
+/** No third-party origin anywhere: scripts only with this response's nonce, styles only from our own stylesheet, calls only to our own API. */
+const shellHeaders = (nonce: string) => htmlPageHeaders('no-store', [`script-src 'nonce-${nonce}'`, "style-src 'self'", "img-src 'self' data:", "connect-src 'self'"])
 
 /** The versioned asset URLs never change content; any other version is refused rather than served stale. */
 function assetHeaders(contentType: string, versioned: boolean): Record<string, string> {

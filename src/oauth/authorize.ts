@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { Elysia } from 'elysia'
 import type { Database } from '../lib/db/client.ts'
 import { OAuthError } from '../lib/http/errors.ts'
+import { htmlPageHeaders } from '../lib/http/html.ts'
 import { checkAuthorizationRequest, readAuthorizationQuery, redirectWith } from './authorization-request.ts'
 import { AuthorizeBody, AuthorizeResult, OAuthErrorSchema, authorizeQueryParameters } from './schemas.ts'
 import { isOnDeviceRedirect, redirectUriProblem } from './client-model.ts'
@@ -15,26 +16,8 @@ export interface AuthorizeDeps extends TokenDeps {
   db: Database
 }
 
-function pageHeaders(nonce: string): Record<string, string> {
-  return {
-    'content-type': 'text/html; charset=utf-8',
-    'cache-control': 'no-store',
-    'x-frame-options': 'DENY',
-    'referrer-policy': 'no-referrer',
-    'x-content-type-options': 'nosniff',
-    'content-security-policy': [
-      "default-src 'none'",
-      `script-src 'nonce-${nonce}'`,
-      `style-src 'nonce-${nonce}'`,
-      "connect-src 'self'",
-      "form-action 'none'",
-      "base-uri 'none'",
-      "frame-ancestors 'none'",
-    ].join('; '),
-  }
-}
-
-const page = (nonce: string, html: string, status: number) => new Response(html, { status, headers: pageHeaders(nonce) })
+const page = (nonce: string, html: string, status: number) =>
+  new Response(html, { status, headers: htmlPageHeaders('no-store', [`script-src 'nonce-${nonce}'`, `style-src 'nonce-${nonce}'`, "connect-src 'self'"]) })
 
 /**
  * Where an error may go straight back to the client (RFC 9700 §4.11.2): only to a redirect URI

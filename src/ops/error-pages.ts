@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto'
 import { Elysia } from 'elysia'
 import { OAUTH_CODES, PROBLEM_CODES, type ErrorCatalogEntry } from './error-catalog.ts'
 import { ERROR_PAGE_PATH } from '../lib/http/errors.ts'
-import { escapeHtml } from '../lib/http/html.ts'
+import { escapeHtml, htmlPageHeaders } from '../lib/http/html.ts'
 
 const STYLE = `
   body { font: 16px/1.5 system-ui, sans-serif; margin: 0; background: #f4f5f7; color: #1d2330; }
@@ -22,14 +22,7 @@ const STYLE = `
 /** The stylesheet's hash for the CSP: the page is the same for everyone, so no per-response nonce. */
 const STYLE_HASH = `sha256-${createHash('sha256').update(STYLE).digest('base64')}`
 
-const HEADERS: Record<string, string> = {
-  'content-type': 'text/html; charset=utf-8',
-  'cache-control': 'public, max-age=3600',
-  'x-content-type-options': 'nosniff',
-  'x-frame-options': 'DENY',
-  'referrer-policy': 'no-referrer',
-  'content-security-policy': ["default-src 'none'", `style-src '${STYLE_HASH}'`, "form-action 'none'", "base-uri 'none'", "frame-ancestors 'none'"].join('; '),
-}
+const HEADERS = htmlPageHeaders('public, max-age=3600', [`style-src '${STYLE_HASH}'`])
 
 function section(entry: ErrorCatalogEntry): string {
   const code = escapeHtml(entry.code)

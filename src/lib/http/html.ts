@@ -22,3 +22,19 @@ export function htmlHead(title: string, elements: string): string {
 ${elements}
 </head>`
 }
+
+/**
+ * The headers of a page the service renders: never sniffed, never framed (RFC 9700 §4.16), never
+ * a Referer (RFC 9700 §4.2: the consent and dashboard URLs carry state and codes), and a CSP that
+ * loads nothing but `sources`, submits no form and sets no base URL.
+ */
+export function htmlPageHeaders(cacheControl: string, sources: string[]): Record<string, string> {
+  return {
+    'content-type': 'text/html; charset=utf-8',
+    'cache-control': cacheControl,
+    'x-content-type-options': 'nosniff',
+    'x-frame-options': 'DENY',
+    'referrer-policy': 'no-referrer',
+    'content-security-policy': ["default-src 'none'", ...sources, "form-action 'none'", "base-uri 'none'", "frame-ancestors 'none'"].join('; '),
+  }
+}
