@@ -1,4 +1,4 @@
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type Metric } from 'prom-client'
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type Metric, type MetricValueWithName } from 'prom-client'
 import { Memoirist } from 'memoirist'
 import { sql } from 'drizzle-orm'
 import { queryRows, type DatabaseHandle } from '../lib/db/client.ts'
@@ -80,6 +80,17 @@ function routeTable(routes: readonly { method: string; path: string }[]) {
   return { find, all }
 }
 
+/**
+ * A metric in prom-client's Metric shape, read at each scrape: Registry#getMetricsAsString asks
+ * `get()` for the name, help and type again along with the values, and formats and escapes them.
+ */
+const scrapedMetric = (name: string, help: string, type: 'counter' | 'histogram', values: () => MetricValueWithName<string>[]) => ({
+  name,
+  help,
+  type,
+  get: async () => ({ name, help, type, aggregator: 'sum', values: values() }),
+})
+
 function createHttpMetrics(routes: readonly { method: string; path: string }[]) {
   const table = routeTable(routes)
   const record = (method: string, url: string, status: number, seconds: number) => {
@@ -111,34 +122,20 @@ function createHttpMetrics(routes: readonly { method: string; path: string }[]) 
       }
     },
   }
-  // prom-client's Metric shape (what Registry#getMetricsAsString reads): it formats and escapes.
-  const requestsMetric = {
-    name: 'messaging_http_requests_total',
-    help: 'HTTP requests answered, by method, route pattern and status.',
-    type: 'counter',
-    get: async () => ({
-      name: 'messaging_http_requests_total',
-      help: 'HTTP requests answered, by method, route pattern and status.',
-      type: 'counter',
-      aggregator: 'sum',
-      values: [...table.all.values()].flatMap((stats) =>
-        [...stats.requests].map(([key, value]) => ({
-          labels: { method: methodLabel(Math.floor(key / 1000)), route: stats.route, status: String(key % 1000) },
-          value,
-        })),
-      ),
-    }),
-  }
-  const durationMetric = {
-    name: 'messaging_http_request_duration_seconds',
-    help: 'Time from receiving a request to its response being ready (the body may still stream), by route pattern.',
-    type: 'histogram',
-    get: async () => ({
-      name: 'messaging_http_request_duration_seconds',
-      help: 'Time from receiving a request to its response being ready (the body may still stream), by route pattern.',
-      type: 'histogram',
-      aggregator: 'sum',
-      values: [...table.all.values()]
+  const requestsMetric = scrapedMetric('messaging_http_requests_total', 'HTTP requests answered, by method, route pattern and status.', 'counter', () =>
+    [...table.all.values()].flatMap((stats) =>
+      [...stats.requests].map(([key, value]) => ({
+        labels: { method: methodLabel(Math.floor(key / 1000)), route: stats.route, status: String(key % 1000) },
+        value,
+      })),
+    ),
+  )
+  const durationMetric = scrapedMetric(
+    'messaging_http_request_duration_seconds',
+    'Time from receiving a request to its response being ready (the body may still stream), by route pattern.',
+    'histogram',
+    () =>
+      [...table.all.values()]
         .filter((stats) => stats.count > 0)
         .flatMap((stats) => {
           let cumulative = 0
@@ -153,8 +150,7 @@ function createHttpMetrics(routes: readonly { method: string; path: string }[]) 
             { metricName: 'messaging_http_request_duration_seconds_count', labels: { route: stats.route }, value: stats.count },
           ]
         }),
-    }),
-  }
+  )
   return { http, requestsMetric, durationMetric }
 }
 
