@@ -1,4 +1,4 @@
-// The baseline for bench/account.ts and bench/oauth.ts: a bare Bun.serve answering every request
+// The baseline for bench/account.ts: a bare Bun.serve answering every request
 // with a small JSON object shaped like our account resource (same keys, about the same size), in
 // its own process.
 // Usage: PORT=<port> bun bench/bare-server.ts

@@ -3,9 +3,7 @@ import { Memoirist } from 'memoirist'
 import { sql } from 'drizzle-orm'
 import { queryRows, type DatabaseHandle } from '../lib/db/client.ts'
 import type { FetchHandler } from '../lib/http/foundation.ts'
-import { OUTCOMES, type DeliveryMetrics, type OutcomeCounts } from '../delivery/outcomes.ts'
-
-export { OUTCOMES, type OutcomeCounts }
+import { OUTCOMES, type DeliveryMetrics } from '../delivery/outcomes.ts'
 
 // Prometheus metrics of one process (docs/operations.md#metrics). prom-client writes the text
 // format; the HTTP series are accumulated here in plain numbers and handed to it at scrape

@@ -38,7 +38,7 @@ interface SealedSuccessor {
  * 4. the scope asked for is within the grant's;
  * then the token is rotated: a successor pair replaces it.
  *
- * The rotation is one statement (refreshes are hot: bench/oauth.ts): it marks the token rotated
+ * The rotation is one statement (refreshes are hot: docs/performance.md, the refresh grant): it marks the token rotated
  * only if it still is not, and inserts the successor only if that happened. Of two concurrent
  * refreshes one wins; the other finds the winner's committed successor on its second read and
  * answers from the grace window.
