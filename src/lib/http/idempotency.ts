@@ -6,7 +6,7 @@ import { ApiError } from './errors.ts'
 import { sha256Hex } from '../security/crypto.ts'
 import type { SecretBox } from '../security/secret-box.ts'
 
-export const IDEMPOTENCY_WINDOW_HOURS = 24
+const IDEMPOTENCY_WINDOW_HOURS = 24
 const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/
 
 /**
@@ -19,7 +19,7 @@ export const IdempotencyKeyHeader = t.Object(
   { additionalProperties: true },
 )
 
-export interface IdempotentResult<Body> {
+interface IdempotentResult<Body> {
   status: number
   body: Body
   /** True when this is the stored answer to an earlier request with the same key. */
@@ -32,7 +32,7 @@ export interface IdempotentResult<Body> {
  * the first is still running, 409 `idempotency_key_in_use`. A request that fails leaves no record,
  * so it can be retried with the same key.
  */
-export async function runIdempotently<Body>(
+async function runIdempotently<Body>(
   deps: { db: Database; secretBox: SecretBox },
   scope: { accountId: string; key: string | null; request: string },
   create: () => Promise<{ status: number; body: Body }>,
