@@ -34,8 +34,8 @@ export const POSTGRES_IMAGE = 'postgres:15-bookworm'
 
 export type TestDatabaseMode =
   | { choice: 'pglite'; kind: 'pglite' }
-  | { choice: 'postgres'; kind: 'postgres'; serverUrl: string }
-  | { choice: 'container'; kind: 'postgres'; serverUrl: string; image: string }
+  | { choice: 'postgres'; kind: 'postgres'; serverUrl: string; icuLocale?: string }
+  | { choice: 'container'; kind: 'postgres'; serverUrl: string; image: string; icuLocale?: string }
 
 /** The chosen test database cannot be used. The message is one line, printed as it is. */
 export class TestDatabaseUnavailable extends Error {
@@ -56,6 +56,20 @@ export function testDatabaseChoice(env: Record<string, string | undefined> = pro
   )
 }
 
+/**
+ * TEST_POSTGRES_ICU_LOCALE (`en-US`, say): on PostgreSQL, every test database is made with that ICU
+ * collation (`locale_provider icu`), the default of many managed PostgreSQL services, instead of the
+ * server's own. Text then sorts as people read it, not byte by byte: what ids rely on is tested there
+ * (docs/architecture.md#ids). Unset: the server's default.
+ */
+export function testIcuLocale(env: Record<string, string | undefined> = process.env): string | undefined {
+  const value = env.TEST_POSTGRES_ICU_LOCALE?.trim()
+  if (!value) return undefined
+  if (!/^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$/.test(value)) throw new TestDatabaseUnavailable(`TEST_POSTGRES_ICU_LOCALE=${oneLine(value)}: not an ICU locale such as en-US`)
+  if (testDatabaseChoice(env) === 'pglite') throw new TestDatabaseUnavailable('TEST_POSTGRES_ICU_LOCALE needs PostgreSQL: TEST_DATABASE=postgres or container')
+  return value
+}
+
 /** A URL fit to print: no password, in the user part or in a query parameter. */
 export function redactUrl(url: string): string {
   try {
@@ -74,11 +88,13 @@ export function describeTestDatabaseMode(mode: TestDatabaseMode): string {
     case 'pglite':
       return 'PGlite (in-memory clones)'
     case 'postgres':
-      return `PostgreSQL at ${redactUrl(mode.serverUrl)}`
+      return `PostgreSQL at ${redactUrl(mode.serverUrl)}${collationNote(mode.icuLocale)}`
     case 'container':
-      return `PostgreSQL in a container (${mode.image})`
+      return `PostgreSQL in a container (${mode.image})${collationNote(mode.icuLocale)}`
   }
 }
+
+const collationNote = (icuLocale: string | undefined) => (icuLocale ? `, databases collated by ICU ${icuLocale}` : '')
 
 function oneLine(text: string): string {
   const line = text.replace(/\s+/g, ' ').trim()
@@ -175,6 +191,7 @@ async function startPostgresContainer(image: string): Promise<string> {
 
 async function resolveTestDatabaseMode(): Promise<TestDatabaseMode> {
   const choice = testDatabaseChoice()
+  const icuLocale = testIcuLocale()
   if (choice === 'postgres') {
     const serverUrl = process.env.DATABASE_URL
     if (!serverUrl) {
@@ -183,14 +200,14 @@ async function resolveTestDatabaseMode(): Promise<TestDatabaseMode> {
       )
     }
     await checkPostgres(serverUrl)
-    return { choice, kind: 'postgres', serverUrl }
+    return { choice, kind: 'postgres', serverUrl, icuLocale }
   }
   // Processes the tests spawn inherit process.env: on PGlite or a container they must not find
   // (and use) a server that is not the chosen one.
   delete process.env.DATABASE_URL
   if (choice === 'container') {
     const image = process.env.TEST_POSTGRES_IMAGE?.trim() || POSTGRES_IMAGE
-    return { choice, kind: 'postgres', serverUrl: await startPostgresContainer(image), image }
+    return { choice, kind: 'postgres', serverUrl: await startPostgresContainer(image), image, icuLocale }
   }
   return { choice, kind: 'pglite' }
 }
@@ -218,8 +235,8 @@ function migrationsFingerprint(): string {
   return hash.digest('hex').slice(0, 12)
 }
 
-async function ensurePostgresTemplate(serverUrl: string): Promise<string> {
-  const template = `msgsvc_tpl_${migrationsFingerprint()}`
+async function ensurePostgresTemplate(serverUrl: string, icuLocale: string | undefined): Promise<string> {
+  const template = `msgsvc_tpl_${migrationsFingerprint()}${icuLocale ? `_icu_${icuLocale.toLowerCase().replaceAll('-', '_')}` : ''}`
   const admin = postgres(serverUrl, { max: 1, onnotice: () => {} })
   try {
     // One creator at a time across parallel test processes.
@@ -227,7 +244,8 @@ async function ensurePostgresTemplate(serverUrl: string): Promise<string> {
     try {
       const [existing] = await admin`select 1 from pg_database where datname = ${template}`
       if (!existing) {
-        await admin.unsafe(`create database "${template}"`)
+        // testIcuLocale checked the locale's form: letters, digits and dashes only.
+        await admin.unsafe(`create database "${template}"${icuLocale ? ` locale_provider icu icu_locale '${icuLocale}' template template0` : ''}`)
         await migratePostgresDatabase(withDatabase(serverUrl, template))
       }
     } finally {
@@ -250,7 +268,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     const handle = pgliteDatabase((await (await pgliteTemplate).clone()) as PGlite)
     return { handle, url: undefined, drop: () => handle.close() }
   }
-  postgresTemplate ??= ensurePostgresTemplate(mode.serverUrl)
+  postgresTemplate ??= ensurePostgresTemplate(mode.serverUrl, mode.icuLocale)
   const template = await postgresTemplate
   const name = `msgsvc_test_${randomBytes(6).toString('hex')}`
   const admin = postgres(mode.serverUrl, { max: 1, onnotice: () => {} })

@@ -6,11 +6,20 @@ const xid8 = customType<{ data: string }>({ dataType: () => 'xid8' })
 
 const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow()
 
+/**
+ * An id, or a column that holds one: compared byte by byte (the C collation), whatever the
+ * database's default. Keyset pages, events/poll positions and the delivery claim compare ids
+ * with < and >; under a natural-language collation (ICU `en-US`, glibc `en_US`: the default of
+ * many managed PostgreSQL services) punctuation sorts apart from letters and digits, so the
+ * order of ids would depend on where the service runs (docs/architecture.md#ids).
+ */
+const idText = customType<{ data: string }>({ dataType: () => 'text collate "C"' })
+
 /** The id of the row this one belongs to: deleting that row deletes this one. */
-const ownerId = <Name extends string>(name: Name, owner: () => AnyPgColumn) => text(name).notNull().references(owner, { onDelete: 'cascade' })
+const ownerId = <Name extends string>(name: Name, owner: () => AnyPgColumn) => idText(name).notNull().references(owner, { onDelete: 'cascade' })
 
 export const accounts = pgTable('accounts', {
-  id: text('id').primaryKey(),
+  id: idText('id').primaryKey(),
   name: text('name').notNull(),
   createdAt: createdAt(),
 })
@@ -18,7 +27,7 @@ export const accounts = pgTable('accounts', {
 export const users = pgTable(
   'users',
   {
-    id: text('id').primaryKey(),
+    id: idText('id').primaryKey(),
     accountId: ownerId('account_id', () => accounts.id),
     /** Stored lower-cased: sign-in by email is case-insensitive. */
     email: text('email').notNull(),
@@ -31,7 +40,7 @@ export const users = pgTable(
 export const apiKeys = pgTable(
   'api_keys',
   {
-    id: text('id').primaryKey(),
+    id: idText('id').primaryKey(),
     accountId: ownerId('account_id', () => accounts.id),
     name: text('name'),
     /** The first characters of the secret, shown in listings so a key can be recognised. */
@@ -56,7 +65,7 @@ export const cacheInvalidations = pgTable(
   {
     id: bigint('id', { mode: 'number' }).primaryKey().generatedAlwaysAsIdentity(),
     kind: text('kind').notNull(),
-    subjectId: text('subject_id').notNull(),
+    subjectId: idText('subject_id').notNull(),
     createdAt: timestamp('created_at', { withTimezone: true, mode: 'date' })
       .notNull()
       .default(sql`clock_timestamp()`),
@@ -66,7 +75,7 @@ export const cacheInvalidations = pgTable(
 
 /** RFC 7591 registrations. Public clients only (`token_endpoint_auth_method: none`). */
 export const oauthClients = pgTable('oauth_clients', {
-  id: text('id').primaryKey(),
+  id: idText('id').primaryKey(),
   clientName: text('client_name'),
   redirectUris: text('redirect_uris').array().notNull(),
   grantTypes: text('grant_types').array().notNull(),
@@ -100,7 +109,7 @@ export const signingKeys = pgTable(
 export const grants = pgTable(
   'grants',
   {
-    id: text('id').primaryKey(),
+    id: idText('id').primaryKey(),
     clientId: ownerId('client_id', () => oauthClients.id),
     userId: ownerId('user_id', () => users.id),
     accountId: ownerId('account_id', () => accounts.id),
@@ -121,7 +130,7 @@ export const authorizationCodes = pgTable('authorization_codes', {
   codeHash: text('code_hash').primaryKey(),
   clientId: ownerId('client_id', () => oauthClients.id),
   userId: ownerId('user_id', () => users.id),
-  accountId: text('account_id').notNull(),
+  accountId: idText('account_id').notNull(),
   redirectUri: text('redirect_uri').notNull(),
   codeChallenge: text('code_challenge').notNull(),
   scope: text('scope').notNull(),
@@ -129,7 +138,7 @@ export const authorizationCodes = pgTable('authorization_codes', {
   expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
   redeemedAt: timestamp('redeemed_at', { withTimezone: true, mode: 'date' }),
   /** The grant its redemption created: revoked if the code is presented again. */
-  grantId: text('grant_id'),
+  grantId: idText('grant_id'),
   createdAt: createdAt(),
 })
 
@@ -170,7 +179,7 @@ export const rateLimits = pgTable('rate_limits', {
 export const hooks = pgTable(
   'hooks',
   {
-    id: text('id').primaryKey(),
+    id: idText('id').primaryKey(),
     accountId: ownerId('account_id', () => accounts.id),
     event: text('event').notNull(),
     targetUrl: text('target_url').notNull(),
@@ -202,7 +211,7 @@ export const hooks = pgTable(
      * delivered exactly as a REST subscription but is not one of the account's webhooks (GET …/hooks lists
      * none of them); its id is derived from (grant, callback URL, event, arguments), as the Events extension asks.
      */
-    grantId: text('grant_id').references(() => grants.id, { onDelete: 'cascade' }),
+    grantId: idText('grant_id').references(() => grants.id, { onDelete: 'cascade' }),
     /** An MCP event subscription's arguments, canonical JSON (its filter is in filter_contacts). */
     eventArguments: text('event_arguments'),
     /** An MCP event subscription's granted lifetime: nothing is delivered after it, and it is deleted. Null: no expiry. */
@@ -238,7 +247,7 @@ export const idempotencyKeys = pgTable(
 export const messages = pgTable(
   'messages',
   {
-    id: text('id').primaryKey(),
+    id: idText('id').primaryKey(),
     accountId: ownerId('account_id', () => accounts.id),
     direction: text('direction').notNull(),
     /** The other party: the recipient of an outbound message, the sender of an inbound one. */
@@ -259,7 +268,7 @@ export const messages = pgTable(
 export const events = pgTable(
   'events',
   {
-    id: text('id').primaryKey(),
+    id: idText('id').primaryKey(),
     accountId: ownerId('account_id', () => accounts.id),
     type: text('type').notNull(),
     payload: text('payload').notNull(),
@@ -279,7 +288,7 @@ export const events = pgTable(
 export const deliveries = pgTable(
   'deliveries',
   {
-    id: text('id').primaryKey(),
+    id: idText('id').primaryKey(),
     eventId: ownerId('event_id', () => events.id),
     // Deleting a subscription deletes its pending deliveries: they are cancelled.
     hookId: ownerId('hook_id', () => hooks.id),
@@ -312,7 +321,7 @@ export const deliveries = pgTable(
 export const hookQueues = pgTable(
   'hook_queues',
   {
-    hookId: text('hook_id')
+    hookId: idText('hook_id')
       .primaryKey()
       .references(() => hooks.id, { onDelete: 'cascade' }),
     /** Writers that add claimable work only ever bring it earlier; only the claim moves it later. Null: nothing to send. */
@@ -325,10 +334,10 @@ export const hookQueues = pgTable(
 export const deliveryAttempts = pgTable(
   'delivery_attempts',
   {
-    id: text('id').primaryKey(),
+    id: idText('id').primaryKey(),
     deliveryId: ownerId('delivery_id', () => deliveries.id),
     hookId: ownerId('hook_id', () => hooks.id),
-    eventId: text('event_id').notNull(),
+    eventId: idText('event_id').notNull(),
     attemptedAt: timestamp('attempted_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
     statusCode: integer('status_code'),
     durationMs: integer('duration_ms').notNull(),
