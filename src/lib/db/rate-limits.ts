@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { queryRows, type Database } from '../lib/db/client.ts'
+import { queryRows, type Database } from './client.ts'
 
 export interface RateLimitWindow {
   /** Hits allowed per window. */

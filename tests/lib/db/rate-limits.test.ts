@@ -1,6 +1,6 @@
 import { afterAll, expect, test } from 'bun:test'
-import { clearHits, countHit, countHits, peekHits, releaseHits } from '../../src/oauth/rate-limit.ts'
-import { createTestDatabase } from '../support/database.ts'
+import { clearHits, countHit, countHits, peekHits, releaseHits } from '../../../src/lib/db/rate-limits.ts'
+import { createTestDatabase } from '../../support/database.ts'
 
 const database = await createTestDatabase()
 afterAll(() => database.drop())
