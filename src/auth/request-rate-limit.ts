@@ -22,6 +22,12 @@ export interface RateLimitDecision {
 export interface RequestRateLimiter {
   /** Takes one request from the credential's bucket. */
   take(credentialKey: string): RateLimitDecision
+  /**
+   * Takes `requests` more from the bucket, after the fact, for a request that cost that many more
+   * than an ordinary one (an events/poll that read thousands of events: docs/api.md#rate-limits).
+   * The bucket may go below empty, by at most its burst: the credential's next requests wait for it.
+   */
+  charge(credentialKey: string, requests: number): void
   /** The `RateLimit-Policy` value every authenticated response carries. */
   readonly policy: string
   /** The `RateLimit` value for a decision. */
@@ -58,6 +64,18 @@ export function createRequestRateLimiter(options: { ratePerSecond: number; now?:
     sweepAt = Math.max(SWEEP_ABOVE, buckets.size * 2)
   }
 
+  const bucketOf = (credentialKey: string, at: number): Bucket => {
+    let bucket = buckets.get(credentialKey)
+    if (bucket) {
+      refill(bucket, at)
+    } else {
+      if (buckets.size >= sweepAt) sweep(at)
+      bucket = { tokens: capacity, at }
+      buckets.set(credentialKey, bucket)
+    }
+    return bucket
+  }
+
   return {
     // A quota of `rate` requests per 1-second window: the sustained rate; the burst allowance
     // (twice that) is described in docs/api.md, since the header has no field for it.
@@ -65,23 +83,21 @@ export function createRequestRateLimiter(options: { ratePerSecond: number; now?:
     header: (decision) => `"credential";r=${decision.remaining};t=${decision.resetSeconds}`,
     take(credentialKey) {
       const at = now()
-      let bucket = buckets.get(credentialKey)
-      if (bucket) {
-        refill(bucket, at)
-      } else {
-        if (buckets.size >= sweepAt) sweep(at)
-        bucket = { tokens: capacity, at }
-        buckets.set(credentialKey, bucket)
-      }
+      const bucket = bucketOf(credentialKey, at)
       const allowed = bucket.tokens + ROUNDING >= 1
       if (allowed) bucket.tokens = Math.max(0, bucket.tokens - 1)
       const resetSeconds = Math.ceil((capacity - bucket.tokens) / rate - ROUNDING)
       return {
         allowed,
-        remaining: Math.floor(bucket.tokens + ROUNDING),
+        remaining: Math.max(0, Math.floor(bucket.tokens + ROUNDING)),
         resetSeconds,
         retryAfterSeconds: allowed ? 0 : Math.max(1, Math.ceil((1 - bucket.tokens) / rate)),
       }
+    },
+    charge(credentialKey, requests) {
+      if (!(requests > 0)) return
+      const bucket = bucketOf(credentialKey, now())
+      bucket.tokens = Math.max(-capacity, bucket.tokens - requests)
     },
   }
 }

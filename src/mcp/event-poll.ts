@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm'
 import { Type } from '@sinclair/typebox'
 import type { Caller } from '../auth/authenticator.ts'
+import { rateLimitKey, type RequestRateLimiter } from '../auth/request-rate-limit.ts'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { FILTER_KEYS } from '../messages/event-types.ts'
 import { EVENT_ERRORS } from '../delivery/event-wire.ts'
@@ -20,8 +21,18 @@ export const PollParams = Type.Object({
   maxEvents: Type.Optional(Type.Integer({ minimum: 1, maximum: POLL_MAX_EVENTS })),
 })
 
-/** Events one poll reads at most, matching or not: a filter that matches little cannot make a poll walk the whole log. */
-const POLL_SCAN = 5_000
+/** Events one filtered poll reads at most, matching or not: a filter that matches little cannot make a poll walk the whole log. */
+export const POLL_SCAN = 5_000
+
+/**
+ * A poll counts against the grant's rate limit (docs/api.md#rate-limits) as one request per this many
+ * events it read: an old cursor with a rare filter reads up to POLL_SCAN and costs 50 requests, a poll
+ * that reads one page costs one or two.
+ */
+export const POLL_EVENTS_PER_REQUEST = 100
+
+/** What a poll counts as in the rate limiter, given the events it read. */
+export const pollCost = (read: number) => Math.max(1, Math.ceil(read / POLL_EVENTS_PER_REQUEST))
 
 /**
  * A position in an account's event log: after the event (`x`: its transaction, `i`: its id),
@@ -68,13 +79,23 @@ export interface PollResult {
  * event can commit later at a position the cursor has passed. Event ids alone would not do: an
  * id is made before its transaction commits, and a slow one commits after a later id was read.
  *
- * A poll reads at most POLL_SCAN events: past that it answers what matched so far with a cursor
- * where it stopped and `hasMore: true`. A null cursor starts from now (no events, a fresh cursor). A cursor older than the retention
+ * A poll reads what one answer needs: without a filter, one page and one more event; with one,
+ * at most POLL_SCAN events, past which it answers what matched so far with a cursor where it
+ * stopped and `hasMore: true`. It reads them from an index (position and contact, no payload) and
+ * charges the rate limiter by what it read (pollCost). A null cursor starts from now (no events, a fresh cursor). A cursor older than the retention
  * (EVENT_RETENTION_DAYS) or than `maxAgeMs` starts from now too, with `truncated: true`: the
  * events in between may be gone, or are older than the client wants. Holds no state: the cursor
  * says everything.
  */
-export async function pollEvents(deps: { db: Database; secretBox: SecretBox; retentionDays: number }, caller: Caller, rawParams: unknown, now = Date.now()): Promise<PollResult> {
+export interface PollDeps {
+  db: Database
+  secretBox: SecretBox
+  retentionDays: number
+  /** API_RATE_LIMIT's limiter: a poll that read more than one page is charged the difference. */
+  rateLimiter?: RequestRateLimiter
+}
+
+export async function pollEvents(deps: PollDeps, caller: Caller, rawParams: unknown, now = Date.now()): Promise<PollResult> {
   const params = parse(PollParams, rawParams)
   const type = eventTypeOf(params.name)
   const args = parse(eventArgumentsSchema(type), params.arguments ?? {}, '/arguments')
@@ -89,30 +110,35 @@ export async function pollEvents(deps: { db: Database; secretBox: SecretBox; ret
 
   const limit = params.maxEvents ?? POLL_DEFAULT_EVENTS
   const contacts = args[FILTER_KEYS[type]] as string[] | undefined
-  const contactOf = sql`(s.payload::jsonb #>> ${`{data,message,${FILTER_KEYS[type]}}`})`
-  // The events read (at most POLL_SCAN), the page of those that match (one more than asked, to know whether
-  // there are more), and one last row, its payload null, naming the last event read and how many were.
+  // Without a filter every event read is answered: one page and one more tell all. With one, up to POLL_SCAN.
+  const scanLimit = contacts ? POLL_SCAN : limit + 1
+  // The scan reads positions and contacts from events_poll_idx, never a payload; only the page answered (at most
+  // limit + 1 events) is joined back for its payloads. One last row, its payload null, names the last event read
+  // and how many were.
   const rows = await queryRows<{ id: string; xact: string; payload: string | null; scanned: number | null }>(
     deps.db,
     sql`with scanned as (
-          select e.id, e.xact, e.payload, e.test from events e
-          where e.account_id = ${caller.accountId} and e.type = ${type}
+          select e.id, e.xact, e.contact from events e
+          where e.account_id = ${caller.accountId} and e.type = ${type} and not e.test
             and (e.xact, e.id) > (${position.x}::xid8, ${position.i}) and e.xact < ${horizon}::xid8
           order by e.xact, e.id
-          limit ${POLL_SCAN}
+          limit ${scanLimit}
         ),
         matched as (
-          select s.id, s.xact, s.payload from scanned s
-          where not s.test ${contacts ? sql`and ${contactOf} in (${sql.join(contacts.map((contact) => sql`${contact}`), sql`, `)})` : sql``}
+          select s.id, s.xact from scanned s
+          ${contacts ? sql`where s.contact in (${sql.join(contacts.map((contact) => sql`${contact}`), sql`, `)})` : sql``}
           order by s.xact, s.id
           limit ${limit + 1}
         )
-        select m.id, m.xact::text as xact, m.payload, null::int as scanned from matched m
+        select m.id, m.xact::text as xact, e.payload, null::int as scanned from matched m join events e on e.id = m.id
         union all
         select l.id, l.xact::text, null, (select count(*)::int from scanned) from (select id, xact from scanned order by xact desc, id desc limit 1) l`,
   )
   const found = rows.filter((row) => row.payload !== null).sort((a, b) => (BigInt(a.xact) === BigInt(b.xact) ? (a.id < b.id ? -1 : 1) : BigInt(a.xact) < BigInt(b.xact) ? -1 : 1))
   const lastRead = rows.find((row) => row.payload === null)
+  const read = Number(lastRead?.scanned ?? 0)
+  // The request itself was counted when it was authenticated.
+  deps.rateLimiter?.charge(rateLimitKey(caller.credential), pollCost(read) - 1)
   const page = found.slice(0, limit)
   const last = page.at(-1)
   // A full page ends at its last event; a poll that read all it may ends where it stopped reading;
@@ -120,7 +146,7 @@ export async function pollEvents(deps: { db: Database; secretBox: SecretBox; ret
   const next: Position =
     found.length > limit && last
       ? { a: caller.accountId, x: last.xact, i: last.id, t: now }
-      : lastRead && Number(lastRead.scanned) >= POLL_SCAN
+      : lastRead && read >= scanLimit
         ? { a: caller.accountId, x: lastRead.xact, i: lastRead.id, t: now }
         : fromNow
   return {

@@ -6,7 +6,7 @@ import { problemBody } from '../lib/http/errors.ts'
 import { describeError } from '../lib/runtime/logger.ts'
 import { TOOL_LIST, callTool, type ToolDeps } from './tools.ts'
 import { listEvents, subscribe, unsubscribe } from './events.ts'
-import { pollEvents } from './event-poll.ts'
+import { pollEvents, type PollDeps } from './event-poll.ts'
 
 const EVENTS_EXTENSION = 'io.modelcontextprotocol/events'
 
@@ -20,8 +20,8 @@ interface RequestBinding {
   requestId: string
 }
 
-/** What the MCP server runs on: the tools' dependencies, the public URL for problem bodies, the event log's retention for polls. */
-export type McpServerDeps = ToolDeps & { publicUrl: string; retentionDays: number }
+/** What the MCP server runs on: the tools' dependencies, the public URL for problem bodies, what polls need (retention, the rate limiter). */
+export type McpServerDeps = ToolDeps & PollDeps & { publicUrl: string }
 
 export type McpPostHandler = (caller: Caller, request: Request, parsedBody: unknown, requestId: string) => Promise<Response>
 

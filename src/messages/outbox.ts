@@ -39,8 +39,8 @@ export function buildEvent(input: { accountId: string; type: EventType; message:
  */
 export const storeEventsAndDeliveries: SQL = sql`,
   new_events as (
-    insert into events (id, account_id, type, payload)
-    select id, account_id, type, payload from stored_events
+    insert into events (id, account_id, type, payload, contact)
+    select id, account_id, type, payload, contact from stored_events
     returning id, account_id, type
   ),
   targets as (

@@ -75,4 +75,28 @@ describe('createRequestRateLimiter: a token bucket per credential', () => {
     expect(limiter.take('key_0').remaining).toBe(0)
     expect(limiter.take('key_0').allowed).toBe(false)
   })
+
+  test('charge: a request that cost more takes more, the bucket may go below empty by at most its burst, and the next requests wait for it', () => {
+    const time = clock()
+    const limiter = createRequestRateLimiter({ ratePerSecond: 10, now: time.now })
+    expect(limiter.take('grt_a').remaining).toBe(19)
+    limiter.charge('grt_a', 30)
+    const refused = limiter.take('grt_a')
+    expect(refused).toMatchObject({ allowed: false, remaining: 0 })
+    // 11 below empty, and one whole token to be allowed: 1.2 s at 10 a second.
+    expect(refused.retryAfterSeconds).toBe(2)
+    time.advance(1_100)
+    expect(limiter.take('grt_a').allowed).toBe(false)
+    time.advance(100)
+    expect(limiter.take('grt_a').allowed).toBe(true)
+    // However much is charged, the debt is one burst (20) at most: 2.1 s later a request passes.
+    limiter.charge('grt_b', 1_000_000)
+    time.advance(2_000)
+    expect(limiter.take('grt_b').allowed).toBe(false)
+    time.advance(100)
+    expect(limiter.take('grt_b').allowed).toBe(true)
+    limiter.charge('grt_c', 0)
+    limiter.charge('grt_c', -5)
+    expect(limiter.take('grt_c').remaining).toBe(19)
+  })
 })

@@ -15,7 +15,9 @@ import { startTestServer } from '../support/server.ts'
 import { flowFixture, type Fixture } from '../oauth/support.ts'
 import { connectWithToken, modernRequest, tokenFor } from '../support/mcp.ts'
 import { SUBSCRIPTIONS_PER_GRANT, grantedTtlMs, SUBSCRIPTION_TTL_MS } from '../../src/mcp/events.ts'
-import { NEXT_POLL_MS } from '../../src/mcp/event-poll.ts'
+import { NEXT_POLL_MS, POLL_SCAN, pollCost, pollEvents } from '../../src/mcp/event-poll.ts'
+import { createRequestRateLimiter } from '../../src/auth/request-rate-limit.ts'
+import { createSecretBox } from '../../src/lib/security/secret-box.ts'
 import { sql } from 'drizzle-orm'
 import { lowestIdAt } from '../../src/lib/db/ids.ts'
 
@@ -440,6 +442,45 @@ describe('events/poll', () => {
     const refused = await poll(hooksOnly, { cursor: null })
     expect(refused.status).toBe(403)
     expect(refused.headers.get('www-authenticate')).toContain('messages:read')
+  })
+
+  test(`a replayed early cursor reads what one answer needs, at most ${POLL_SCAN} events with a filter, and is charged by what it read in the rate limit`, async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    const start = await poll(token, { cursor: null })
+    // pollEvents itself, with a limiter that records what it is charged: its cursors are sealed with this test's key.
+    const charged: number[] = []
+    const rateLimiter = { ...createRequestRateLimiter({ ratePerSecond: 100 }), charge: (_key: string, requests: number) => void charged.push(requests) }
+    const deps = { db: server.database.handle.db, secretBox: await createSecretBox(crypto.getRandomValues(new Uint8Array(32))), retentionDays: 30, rateLimiter }
+    const caller = { accountId: fixture.accountId, credential: { kind: 'access_token' as const, grantId: 'grt_test', clientId: 'cli_test', userId: 'usr_test', audience: [], exp: 0 }, scopes: ['messages:read' as const] }
+    const directStart = (await pollEvents(deps, caller, { name: 'message.inbound', cursor: null })).cursor
+    // More than one filtered poll may read, none of them the contact polled for; then one that is.
+    await server.database.handle.db.execute(sql`
+      insert into events (id, account_id, type, payload, contact)
+      select id, ${fixture.accountId}, 'message.inbound',
+        json_build_object('id', id, 'type', 'message.inbound', 'timestamp', now(), 'data', json_build_object('message', json_build_object('from', '+15550007000', 'body', 'filler')))::text,
+        '+15550007000'
+      from (select 'evt_' || lpad(i::text, 26, '0') as id from generate_series(1, ${POLL_SCAN + 1}) as i) as filler`)
+    expect((await inbound(fixture, '+15550007001', 'the one')).status).toBe(201)
+
+    const filtered = { name: 'message.inbound', arguments: { from: ['+15550007001'] } }
+    const first = await pollEvents(deps, caller, { ...filtered, cursor: directStart })
+    expect(first).toMatchObject({ events: [], hasMore: true })
+    const second = await pollEvents(deps, caller, { ...filtered, cursor: first.cursor })
+    expect(second.events.map((event: any) => event.data.message.body)).toEqual(['the one'])
+    expect(second.hasMore).toBe(false)
+    // Without a filter: one page and one more event read.
+    const page = await pollEvents(deps, caller, { name: 'message.inbound', cursor: directStart, maxEvents: 100 })
+    expect(page.events).toHaveLength(100)
+    expect(page.hasMore).toBe(true)
+    // Charged beyond the request itself: 49 for 5,000 events read, nothing for the one after them, 1 for the page and one more (a null cursor reads nothing).
+    expect(charged).toEqual([pollCost(POLL_SCAN) - 1, 0, 1])
+
+    // Over MCP the grant's bucket shows it: the RateLimit header of the next request has about 50 fewer (a few come back meanwhile).
+    const remaining = async () => Number(/r=(\d+)/.exec((await rpc(token, 'events/list')).headers.get('ratelimit') ?? '')![1])
+    const before = await remaining()
+    expect((await poll(token, { ...filtered, cursor: start.body.result.cursor })).body.result).toMatchObject({ events: [], hasMore: true })
+    expect(await remaining()).toBeLessThan(before - 30)
   })
 
   test.skipIf(server.database.handle.kind !== 'postgres')('an event whose transaction commits late is not passed over: polls stop at the oldest transaction still running', async () => {

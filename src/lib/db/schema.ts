@@ -165,7 +165,7 @@ export const refreshTokens = pgTable(
   ],
 )
 
-/** Fixed-window counters shared by every instance: sign-in failures, registrations per IP. */
+/** Fixed-window counters shared by every instance (src/lib/db/rate-limits.ts): sign-in failures, registrations per IP, failed MCP callback verifications per grant. */
 export const rateLimits = pgTable('rate_limits', {
   key: text('key').primaryKey(),
   windowStartedAt: timestamp('window_started_at', { withTimezone: true, mode: 'date' }).notNull(),
@@ -274,6 +274,8 @@ export const events = pgTable(
     payload: text('payload').notNull(),
     /** An example sent by POST …/hooks/{hook_id}/test: its delivery is shown in the log, never in GET /events. */
     test: boolean('test').notNull().default(false),
+    /** The message's contact (`to` of delivered and failed, `from` of inbound): what filters match, read by events/poll without the payload. */
+    contact: text('contact'),
     /**
      * The transaction that wrote it. MCP `events/poll` reads the log in this order up to the oldest
      * transaction still running, so an event that commits late is never passed over (src/mcp/event-poll.ts).
@@ -281,7 +283,11 @@ export const events = pgTable(
     xact: xid8('xact').notNull().default(sql`pg_current_xact_id()`),
     createdAt: createdAt(),
   },
-  (table) => [index('events_account_id_idx').on(table.accountId, table.id), index('events_poll_idx').on(table.accountId, table.type, table.xact, table.id)],
+  (table) => [
+    index('events_account_id_idx').on(table.accountId, table.id),
+    // events/poll reads positions and contacts from the index alone, and only the payloads it answers (src/mcp/event-poll.ts).
+    index('events_poll_idx').on(table.accountId, table.type, table.xact, table.id, table.contact).where(sql`not ${table.test}`),
+  ],
 )
 
 /** The outbox: one row per (event, subscription), written in the event's transaction. */
