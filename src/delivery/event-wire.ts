@@ -20,6 +20,9 @@ export function occurrenceBody(storedPayload: string): string {
   return JSON.stringify({ eventId: event.id, name: event.type, timestamp: event.timestamp, data: event.data, cursor: null })
 }
 
+/** A control envelope (verification, terminated) is one attempt of at most this long, or WEBHOOK_TIMEOUT_MS when shorter. */
+export const CONTROL_MESSAGE_TIMEOUT_MS = 5_000
+
 /** A control envelope's `webhook-id`: `msg_<type>_<random>`, as the extension names them. */
 export const controlMessageId = (type: 'verification' | 'terminated') => `msg_${type}_${newId('req').slice(4)}`
 

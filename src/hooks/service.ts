@@ -114,12 +114,13 @@ export function checkSigningSecret(raw: string): string {
 }
 
 /** REST and MCP alike: the account holds as many subscriptions as it may. */
-const hooksLimitReached = (limit: number) =>
+const hooksLimitReached = (limit: number, agents: number) =>
   new ApiError(
     409,
     'hooks_limit_reached',
-    `This account already holds ${limit} subscriptions, the most it may hold. Delete one it no longer needs ` +
-      `(DELETE /v0/account/{account_id}/hooks/{hook_id}) and try again; the service's operator sets the limit (HOOKS_PER_ACCOUNT).`,
+    `This account already holds ${limit} subscriptions, the most it may hold: its webhooks and its agents' MCP event subscriptions together ` +
+      `(${agents} of them are agents'). Delete a webhook it no longer needs (DELETE /v0/account/{account_id}/hooks/{hook_id}) or end an agent's ` +
+      `subscriptions (Connected apps) and try again; the service's operator sets the limit (HOOKS_PER_ACCOUNT).`,
   )
 
 /**
@@ -142,8 +143,9 @@ export async function createHook(
   try {
     const hook = await deps.db.transaction(async (tx) => {
       await tx.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, accountId)).for('no key update')
-      const [held] = await tx.select({ n: count() }).from(hooks).where(and(eq(hooks.accountId, accountId), isNull(hooks.grantId)))
-      if (held!.n >= deps.hooksPerAccount) throw hooksLimitReached(deps.hooksPerAccount)
+      // Agents' MCP event subscriptions count too: HOOKS_PER_ACCOUNT bounds what one event fans out to (docs/security.md).
+      const [held] = await tx.select({ n: count(), agents: count(hooks.grantId) }).from(hooks).where(eq(hooks.accountId, accountId))
+      if (held!.n >= deps.hooksPerAccount) throw hooksLimitReached(deps.hooksPerAccount, held!.agents)
       const [inserted] = await tx
         .insert(hooks)
         .values({ id: newId('hook'), accountId, event: input.event, targetUrl, secretCiphertext, rateLimitPerS: input.rate_limit_per_s ?? null, filterContacts })

@@ -1,4 +1,4 @@
-import { and, count, eq, isNotNull, isNull, sql } from 'drizzle-orm'
+import { and, count, eq, isNull, sql } from 'drizzle-orm'
 import { Type, type Static, type TSchema } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { ProtocolError } from '@modelcontextprotocol/server'
@@ -7,6 +7,8 @@ import { sendWebhook } from '../delivery/send.ts'
 import { accounts, grants, hooks } from '../lib/db/schema.ts'
 import { markDue } from '../delivery/queue.ts'
 import { isUniqueViolation } from '../lib/db/errors.ts'
+import { countHits, releaseHits } from '../lib/db/rate-limits.ts'
+import type { Database, DatabaseTransaction } from '../lib/db/client.ts'
 import { ApiError } from '../lib/http/errors.ts'
 import { constantTimeEqual, newSecret } from '../lib/security/crypto.ts'
 import { derivedId } from '../lib/db/ids.ts'
@@ -15,7 +17,7 @@ import { plainJsonSchema } from '../hooks/event-catalog.ts'
 import { EVENT_DESCRIPTIONS, EVENT_TYPES, FILTER_KEYS, type EventType } from '../messages/event-types.ts'
 import { ContactList } from '../hooks/schemas.ts'
 import { checkSigningSecret, checkTargetUrl } from '../hooks/service.ts'
-import { controlMessageId, EVENT_ERRORS, SUBSCRIPTION_ID_HEADER, verificationBody } from '../delivery/event-wire.ts'
+import { CONTROL_MESSAGE_TIMEOUT_MS, controlMessageId, EVENT_ERRORS, SUBSCRIPTION_ID_HEADER, verificationBody } from '../delivery/event-wire.ts'
 import type { ToolDeps } from './tools.ts'
 
 /** docs/mcp.md#events: how many webhook subscriptions one grant (one agent, for one user) may hold. */
@@ -152,7 +154,12 @@ export async function subscribe(deps: ToolDeps, caller: Caller, rawParams: unkno
     .select({ n: count() })
     .from(hooks)
     .where(and(eq(hooks.grantId, grantId), eq(hooks.targetUrl, url)))
-  if (known!.n === 0) await verifyCallback(deps, { id, url, secret })
+  if (known!.n === 0) {
+    // Checked before the verification POST as well as after it: a grant that may not subscribe
+    // never makes the service call out (docs/security.md, "MCP event callbacks").
+    await checkRoomToSubscribe(deps.db, deps.hooksPerAccount, caller.accountId, grantId)
+    await verifyCallback(deps, { grantId, id, url, secret })
+  }
   const contacts = args[FILTER_KEYS[type]] as string[] | undefined
   try {
     await deps.db.transaction(async (tx) => {
@@ -160,25 +167,7 @@ export async function subscribe(deps: ToolDeps, caller: Caller, rawParams: unkno
       // do, src/hooks/service.ts); a revocation (src/oauth/revocation.ts) takes the grant's row, so a subscription
       // is never made for a grant being revoked.
       await tx.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, caller.accountId)).for('no key update')
-      const [grant] = await tx.select({ id: grants.id }).from(grants).where(and(eq(grants.id, grantId), isNull(grants.revokedAt))).for('no key update')
-      if (!grant) throw eventError(EVENT_ERRORS.Forbidden, 'Forbidden: access revoked.')
-      const [held] = await tx.select({ n: count() }).from(hooks).where(eq(hooks.grantId, grantId))
-      if (held!.n >= SUBSCRIPTIONS_PER_GRANT) {
-        throw eventError(
-          EVENT_ERRORS.ResourceExhausted,
-          `This agent already holds ${SUBSCRIPTIONS_PER_GRANT} event subscriptions, the most one grant may hold: unsubscribe from one first.`,
-          { limit: 'subscriptions', max: SUBSCRIPTIONS_PER_GRANT },
-        )
-      }
-      // Every grant of the account together: an agent that signs in again and again gets a new grant each time.
-      const [accountHeld] = await tx.select({ n: count() }).from(hooks).where(and(eq(hooks.accountId, caller.accountId), isNotNull(hooks.grantId)))
-      if (accountHeld!.n >= deps.hooksPerAccount) {
-        throw eventError(
-          EVENT_ERRORS.ResourceExhausted,
-          `This account's agents already hold ${deps.hooksPerAccount} event subscriptions, the most an account may hold (HOOKS_PER_ACCOUNT): the account's owner can end some under Connected apps.`,
-          { limit: 'account_subscriptions', max: deps.hooksPerAccount },
-        )
-      }
+      await checkRoomToSubscribe(tx, deps.hooksPerAccount, caller.accountId, grantId, { lock: true })
       await tx.insert(hooks).values({
         id,
         accountId: caller.accountId,
@@ -202,6 +191,35 @@ export async function subscribe(deps: ToolDeps, caller: Caller, rawParams: unkno
     })
   }
   return result
+}
+
+/**
+ * Whether the grant may make one more subscription: not revoked, under its own bound and under the
+ * account's (HOOKS_PER_ACCOUNT counts the account's webhooks and its agents' subscriptions together:
+ * one event fans out to at most that many, docs/security.md). Throws the extension's error otherwise.
+ * `lock` takes the grant's row, as a revocation does: inside the creating transaction only.
+ */
+async function checkRoomToSubscribe(db: Database | DatabaseTransaction, hooksPerAccount: number, accountId: string, grantId: string, options: { lock?: boolean } = {}): Promise<void> {
+  const live = db.select({ id: grants.id }).from(grants).where(and(eq(grants.id, grantId), isNull(grants.revokedAt)))
+  const [grant] = options.lock ? await live.for('no key update') : await live
+  if (!grant) throw eventError(EVENT_ERRORS.Forbidden, 'Forbidden: access revoked.')
+  const [held] = await db.select({ n: count() }).from(hooks).where(eq(hooks.grantId, grantId))
+  if (held!.n >= SUBSCRIPTIONS_PER_GRANT) {
+    throw eventError(
+      EVENT_ERRORS.ResourceExhausted,
+      `This agent already holds ${SUBSCRIPTIONS_PER_GRANT} event subscriptions, the most one grant may hold: unsubscribe from one first.`,
+      { limit: 'subscriptions', max: SUBSCRIPTIONS_PER_GRANT },
+    )
+  }
+  // Every grant of the account and its webhooks together: an agent that signs in again and again gets a new grant each time.
+  const [accountHeld] = await db.select({ n: count() }).from(hooks).where(eq(hooks.accountId, accountId))
+  if (accountHeld!.n >= hooksPerAccount) {
+    throw eventError(
+      EVENT_ERRORS.ResourceExhausted,
+      `This account already holds ${hooksPerAccount} subscriptions, its webhooks and its agents' event subscriptions together, the most it may hold (HOOKS_PER_ACCOUNT): the account's owner can delete webhooks or end agents' subscriptions under Connected apps.`,
+      { limit: 'account_subscriptions', max: hooksPerAccount },
+    )
+  }
 }
 
 /** Refreshes the grant's subscription `id` if it exists (and is not being ended); false when there is none. */
@@ -244,24 +262,55 @@ function failureCategory(status: number | null, error: string | null): string {
   return 'connection_refused'
 }
 
+/** docs/mcp.md#events: failed callback verifications one grant may have in an hour; past them, subscribing to a new URL waits. */
+export const FAILED_VERIFICATIONS_PER_GRANT = { limit: 10, windowSeconds: 3_600 } as const
+
+/**
+ * Whether a 2xx body answers the challenge: `{"challenge": "<it>"}`. A body that carries the
+ * verification envelope back (its `type`) is an echo, as any endpoint that returns what it was
+ * sent would give, not a receiver that chose to take these deliveries.
+ */
+function answersChallenge(body: string, challenge: string): boolean {
+  let answer: unknown
+  try {
+    answer = JSON.parse(body)
+  } catch {
+    return false
+  }
+  if (typeof answer !== 'object' || answer === null || 'type' in answer) return false
+  const echoed = (answer as { challenge?: unknown }).challenge
+  return typeof echoed === 'string' && constantTimeEqual(echoed, challenge)
+}
+
 /**
  * The extension's endpoint verification: a signed `verification` envelope with a single-use
  * challenge, POSTed through the outbound guard like any delivery; the receiver proves it wants
- * these deliveries by echoing the challenge in a 2xx body. Anything else is CallbackEndpointError.
+ * these deliveries by answering the challenge in a 2xx body. Anything else is
+ * CallbackEndpointError. A grant has FAILED_VERIFICATIONS_PER_GRANT failures an hour, counted
+ * before the POST (so concurrent calls cannot pass the bound) and given back when it verifies: an
+ * agent cannot make the service probe address after address.
  */
-async function verifyCallback(deps: ToolDeps, input: { id: string; url: string; secret: string }): Promise<void> {
+async function verifyCallback(deps: ToolDeps, input: { grantId: string; id: string; url: string; secret: string }): Promise<void> {
+  const hits = await countHits(deps.db, [`mcp-verification:${input.grantId}`], FAILED_VERIFICATIONS_PER_GRANT.windowSeconds)
+  const hit = [...hits.values()][0]!
+  if (hit.count > FAILED_VERIFICATIONS_PER_GRANT.limit) {
+    await releaseHits(deps.db, [hit])
+    throw eventError(
+      EVENT_ERRORS.ResourceExhausted,
+      `This agent's callbacks failed verification ${FAILED_VERIFICATIONS_PER_GRANT.limit} times within the hour: try a new callback URL again in ${hit.retryAfterSeconds} s.`,
+      { limit: 'verifications', max: FAILED_VERIFICATIONS_PER_GRANT.limit, retryAfterMs: hit.retryAfterSeconds * 1_000 },
+    )
+  }
   const challenge = newSecret('')
+  const send = { ...deps.send, timeoutMs: Math.min(deps.send.timeoutMs, CONTROL_MESSAGE_TIMEOUT_MS) }
   const result = await sendWebhook(
     { url: input.url, id: controlMessageId('verification'), body: verificationBody(challenge), secrets: [input.secret], headers: { [SUBSCRIPTION_ID_HEADER]: input.id } },
-    deps.send,
+    send,
   )
-  let echoed: unknown
-  try {
-    echoed = (JSON.parse(result.responseSnippet) as { challenge?: unknown }).challenge
-  } catch {
-    echoed = undefined
+  if (result.ok && answersChallenge(result.responseSnippet, challenge)) {
+    await releaseHits(deps.db, [hit])
+    return
   }
-  if (result.ok && typeof echoed === 'string' && constantTimeEqual(echoed, challenge)) return
   const reason = failureCategory(result.status, result.error)
   deps.logger.info('event callback verification failed', { subscription_id: input.id, reason, status_code: result.status, error: result.error })
   throw eventError(EVENT_ERRORS.CallbackEndpointError, `The callback did not verify (${reason}): it must answer the verification POST with 2xx and {"challenge": "<the challenge>"}.`, { reason })

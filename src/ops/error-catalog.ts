@@ -113,8 +113,8 @@ export const PROBLEM_CODES: readonly ErrorCatalogEntry[] = [
     code: 'hooks_limit_reached',
     status: '409',
     title: 'Subscription limit reached',
-    happened: 'The account already holds the most webhook subscriptions it may hold (HOOKS_PER_ACCOUNT, 100 by default).',
-    todo: 'Delete a subscription the account no longer needs, or ask the operator to raise the limit.',
+    happened: "The account already holds the most subscriptions it may hold (HOOKS_PER_ACCOUNT, 100 by default): its webhooks and its agents' MCP event subscriptions together.",
+    todo: "Delete a webhook the account no longer needs, end an agent's event subscriptions under Connected apps, or ask the operator to raise the limit.",
   },
   {
     code: 'subscription_not_active',

@@ -14,7 +14,7 @@ import { makeCertificates } from '../../fixtures/tls.ts'
 import { startTestServer } from '../support/server.ts'
 import { flowFixture, type Fixture } from '../oauth/support.ts'
 import { connectWithToken, modernRequest, tokenFor } from '../support/mcp.ts'
-import { SUBSCRIPTIONS_PER_GRANT, grantedTtlMs, SUBSCRIPTION_TTL_MS } from '../../src/mcp/events.ts'
+import { FAILED_VERIFICATIONS_PER_GRANT, SUBSCRIPTIONS_PER_GRANT, grantedTtlMs, SUBSCRIPTION_TTL_MS } from '../../src/mcp/events.ts'
 import { NEXT_POLL_MS, POLL_SCAN, pollCost, pollEvents } from '../../src/mcp/event-poll.ts'
 import { createRequestRateLimiter } from '../../src/auth/request-rate-limit.ts'
 import { createSecretBox } from '../../src/lib/security/secret-box.ts'
@@ -212,11 +212,14 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
   test('a callback that does not echo the challenge is CallbackEndpointError, and no subscription is made', async () => {
     const fixture = await flowFixture(server)
     const token = await eventsToken(fixture)
-    const cases: [string, () => Response, string][] = [
+    const cases: [string, (request: Request) => Response | Promise<Response>, string][] = [
       ['/wrong-echo', () => Response.json({ challenge: 'something else' }), 'challenge_failed'],
       ['/no-body', () => new Response(null, { status: 204 }), 'challenge_failed'],
       ['/refuses', () => new Response('no', { status: 403 }), 'http_4xx'],
       ['/broken', () => new Response('oops', { status: 502 }), 'http_5xx'],
+      // An endpoint that answers with what it was sent has the challenge too, inside the verification envelope.
+      ['/echoes', async (request: Request) => new Response(await request.text(), { headers: { 'content-type': 'application/json' } }), 'challenge_failed'],
+      ['/echoes-parsed', async (request: Request) => Response.json(await request.json()), 'challenge_failed'],
     ]
     for (const [path, answer, reason] of cases) {
       callbacks.handlers.set(path, answer)
@@ -287,9 +290,71 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
     }
     const full = await rpc(again, 'events/subscribe', { name: 'message.failed', arguments: {}, delivery: { mode: 'webhook', url: callback.url, secret: secret() } })
     expect(full.body.error).toMatchObject({ code: -32025, data: { limit: 'account_subscriptions', max: 30 } })
-    // REST webhooks are counted apart: the account can still make one.
+    // HOOKS_PER_ACCOUNT bounds one event's fan-out: the account's webhooks count with its agents' subscriptions.
     const rest = await server.fetch(`/v0/account/${fixture.accountId}/hooks?key=${fixture.apiKey}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ event: 'message.inbound', target_url: 'https://hooks.example.com/rest' }) })
-    expect(rest.status).toBe(201)
+    expect(rest.status).toBe(409)
+    expect(await rest.json()).toMatchObject({ code: 'hooks_limit_reached', detail: expect.stringContaining("(30 of them are agents')") })
+  })
+
+  test("an account's webhooks leave its agents only the rest of HOOKS_PER_ACCOUNT; the refusal comes before any verification POST", async () => {
+    const fixture = await flowFixture(server)
+    for (let i = 0; i < 30; i++) {
+      const made = await server.fetch(`/v0/account/${fixture.accountId}/hooks?key=${fixture.apiKey}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ event: 'message.inbound', target_url: `https://hooks.example.com/rest-${i}` }) })
+      expect(made.status).toBe(201)
+    }
+    const callback = echoingCallback('/after-webhooks')
+    const refused = await rpc(await eventsToken(fixture), 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: callback.url, secret: secret() } })
+    expect(refused.body.error).toMatchObject({ code: -32025, data: { limit: 'account_subscriptions', max: 30 } })
+    expect(callback.bodies).toEqual([])
+  })
+
+  test('a grant at its bound, or revoked, makes the service call out to no new callback URL', async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    const callback = echoingCallback('/full-grant')
+    for (let i = 0; i < SUBSCRIPTIONS_PER_GRANT; i++) {
+      const made = await rpc(token, 'events/subscribe', { name: 'message.inbound', arguments: { from: [`+1555200${String(i).padStart(4, '0')}`] }, delivery: { mode: 'webhook', url: callback.url, secret: secret() } })
+      expect(made.body.result?.id).toMatch(/^evs_/)
+    }
+    const probe = echoingCallback('/probe-while-full')
+    const full = await rpc(token, 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: probe.url, secret: secret() } })
+    expect(full.body.error).toMatchObject({ code: -32025, data: { limit: 'subscriptions' } })
+    expect(probe.bodies).toEqual([])
+
+    // Revoked in the database, before this instance's caches hear of it: the token still authenticates, the subscribe is refused unsent.
+    const other = await eventsToken(fixture)
+    expect((await rpc(other, 'events/list')).status).toBe(200)
+    const grants = (await (await server.fetch(`/v0/account/${fixture.accountId}/grants?key=${fixture.apiKey}`)).json()) as { data: { id: string; created_at: string }[] }
+    const newest = grants.data.toSorted((a, b) => b.created_at.localeCompare(a.created_at))[0]!
+    await server.database.handle.db.execute(sql`update grants set revoked_at = now() where id = ${newest.id}`)
+    const revokedProbe = echoingCallback('/probe-while-revoked')
+    const revoked = await rpc(other, 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: revokedProbe.url, secret: secret() } })
+    expect(revoked.body.error).toMatchObject({ code: -32024 })
+    expect(revokedProbe.bodies).toEqual([])
+  })
+
+  test(`failed verifications are bounded per grant (${FAILED_VERIFICATIONS_PER_GRANT.limit} an hour): past them no POST goes out; a callback that verifies does not count`, async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    const good = echoingCallback('/verifies-between-failures')
+    expect((await rpc(token, 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: good.url, secret: secret() } })).body.result?.id).toMatch(/^evs_/)
+    let probes = 0
+    for (let i = 0; i < FAILED_VERIFICATIONS_PER_GRANT.limit; i++) {
+      callbacks.handlers.set(`/probe-${i}`, () => {
+        probes++
+        return new Response('no', { status: 404 })
+      })
+      const failed = await rpc(token, 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: `${callbacks.origin}/probe-${i}`, secret: secret() } })
+      expect(failed.body.error).toMatchObject({ code: -32027, data: { reason: 'http_4xx' } })
+    }
+    expect(probes).toBe(FAILED_VERIFICATIONS_PER_GRANT.limit)
+    const unsent = echoingCallback('/after-too-many-failures')
+    const refused = await rpc(token, 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: unsent.url, secret: secret() } })
+    expect(refused.body.error).toMatchObject({ code: -32025, data: { limit: 'verifications', max: FAILED_VERIFICATIONS_PER_GRANT.limit, retryAfterMs: expect.any(Number) } })
+    expect(unsent.bodies).toEqual([])
+    // Another grant (the same user signing in again) has its own count.
+    const fresh = await rpc(await eventsToken(fixture), 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: unsent.url, secret: secret() } })
+    expect(fresh.body.result?.id).toMatch(/^evs_/)
   })
 
   test('grantedTtlMs: the suggestion within bounds; none is the default; null (no expiry) is the longest finite grant', () => {
