@@ -7,10 +7,11 @@ import { isId } from '../lib/db/ids.ts'
 import { describeError, type Logger } from '../lib/runtime/logger.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
 import { startPeriodicSweep } from '../lib/runtime/sweep.ts'
+import { createConcurrencyLimit, type ConcurrencyLimit } from '../lib/runtime/concurrency.ts'
 import { circuitState } from '../delivery/circuit.ts'
 import { sendWebhook, type SendOptions } from '../delivery/send.ts'
 import { EVENT_TYPES } from '../messages/event-types.ts'
-import { controlMessageId, SUBSCRIPTION_ID_HEADER, terminatedBody } from '../delivery/event-wire.ts'
+import { CONTROL_MESSAGE_TIMEOUT_MS, controlMessageId, SUBSCRIPTION_ID_HEADER, terminatedBody } from '../delivery/event-wire.ts'
 
 /** docs/api.md#connected-apps: an agent's MCP event subscription, as its account's owner sees it. */
 export const EventSubscriptionSchema = t.Object(
@@ -77,14 +78,19 @@ export async function endEventSubscription(db: Database, accountId: string, gran
 
 const SWEEP_INTERVAL_MS = 2_000
 const SWEEP_BATCH = 100
-/** A terminated envelope is one attempt, given at most this long (or WEBHOOK_TIMEOUT_MS when shorter). */
-const ENVELOPE_TIMEOUT_MS = 5_000
+/**
+ * Terminated envelopes in flight at once per instance, across sweeps: a mass revocation (an owner
+ * revoking an agent with many subscriptions, every grant of a client) is sent in a stream, not a burst.
+ */
+export const TERMINATED_ENVELOPES_IN_FLIGHT = 16
 
 export interface EventSubscriptionSweepDeps {
   db: Database
   secretBox: SecretBox
   send: Pick<SendOptions, 'timeoutMs' | 'allowPrivate' | 'ca'>
   logger: Logger
+  /** Where envelopes queue for their turn: one per instance (startEventSubscriptionSweep), so sweeps share the bound. */
+  envelopes: ConcurrencyLimit
 }
 
 /**
@@ -93,7 +99,8 @@ export interface EventSubscriptionSweepDeps {
  * `terminated` envelope, signed, through the outbound guard. Rows are taken `FOR UPDATE SKIP
  * LOCKED`, so instances sweeping together never take one twice. The envelopes are sent beside the
  * sweep, not in its way (a callback that never answers delays no one): `sending` settles when they
- * have. Each is one attempt of at most 5 s, after the row is gone: it tells a receiver that is
+ * have; at most TERMINATED_ENVELOPES_IN_FLIGHT at once (`deps.envelopes`), the rest wait their turn.
+ * Each is one attempt of at most 5 s, after the row is gone: it tells a receiver that is
  * there; one that is not learns it at its next refresh, which creates the subscription afresh or is
  * refused (docs/mcp.md#events). An expired subscription gets no envelope: its client stopped refreshing.
  */
@@ -116,16 +123,16 @@ export async function sweepEventSubscriptions(deps: EventSubscriptionSweepDeps):
     ended.push(...rows.filter((row) => row.status === 'terminated'))
     if (rows.length < SWEEP_BATCH) break
   }
-  const send = { ...deps.send, timeoutMs: Math.min(deps.send.timeoutMs, ENVELOPE_TIMEOUT_MS) }
+  const send = { ...deps.send, timeoutMs: Math.min(deps.send.timeoutMs, CONTROL_MESSAGE_TIMEOUT_MS) }
   const sending = Promise.all(
-    ended.map(async (row) => {
+    ended.map((row) => deps.envelopes(async () => {
       const secret = await deps.secretBox.open(row.secret_ciphertext)
       const result = await sendWebhook(
         { url: row.target_url, id: controlMessageId('terminated'), body: terminatedBody(row.disabled_reason ?? 'Ended'), secrets: [secret], headers: { [SUBSCRIPTION_ID_HEADER]: row.id } },
         send,
       )
       deps.logger.info('event subscription terminated', { subscription_id: row.id, reason: row.disabled_reason, status_code: result.status, error: result.error })
-    }),
+    })),
   ).then(
     () => undefined,
     (error: unknown) => deps.logger.warn('sending terminated envelopes failed', { ...describeError(error) }),
@@ -134,11 +141,12 @@ export async function sweepEventSubscriptions(deps: EventSubscriptionSweepDeps):
 }
 
 /** Sweeps every 2 s; stopping waits for the sweep under way and for the envelopes still being sent. */
-export function startEventSubscriptionSweep(deps: EventSubscriptionSweepDeps): { stop(): Promise<void> } {
+export function startEventSubscriptionSweep(deps: Omit<EventSubscriptionSweepDeps, 'envelopes'>): { stop(): Promise<void> } {
   const sending = new Set<Promise<void>>()
+  const envelopes = createConcurrencyLimit(TERMINATED_ENVELOPES_IN_FLIGHT)
   const sweep = startPeriodicSweep({
     sweep: async () => {
-      const run = await sweepEventSubscriptions(deps)
+      const run = await sweepEventSubscriptions({ ...deps, envelopes })
       sending.add(run.sending)
       void run.sending.finally(() => sending.delete(run.sending))
     },

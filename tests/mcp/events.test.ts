@@ -15,6 +15,7 @@ import { startTestServer } from '../support/server.ts'
 import { flowFixture, type Fixture } from '../oauth/support.ts'
 import { connectWithToken, modernRequest, tokenFor } from '../support/mcp.ts'
 import { FAILED_VERIFICATIONS_PER_GRANT, SUBSCRIPTIONS_PER_GRANT, grantedTtlMs, SUBSCRIPTION_TTL_MS } from '../../src/mcp/events.ts'
+import { TERMINATED_ENVELOPES_IN_FLIGHT } from '../../src/mcp/event-subscriptions.ts'
 import { NEXT_POLL_MS, POLL_SCAN, pollCost, pollEvents } from '../../src/mcp/event-poll.ts'
 import { createRequestRateLimiter } from '../../src/auth/request-rate-limit.ts'
 import { createSecretBox } from '../../src/lib/security/secret-box.ts'
@@ -415,6 +416,32 @@ describe('the owner and the end of a subscription', () => {
     await Bun.sleep(300)
     expect(callback.bodies.filter((body) => body.eventId).map((body) => body.data.message.body)).toEqual(['before the revocation'])
     expect((await rpc(token, 'events/list')).status).toBe(401)
+  })
+
+  test(`a mass revocation's terminated envelopes go out ${TERMINATED_ENVELOPES_IN_FLIGHT} at a time, not all at once`, async () => {
+    const fixture = await flowFixture(server)
+    const token = await eventsToken(fixture)
+    let inFlight = 0
+    let most = 0
+    const told = new Set<string>()
+    callbacks.handlers.set('/mass-revocation', async (request) => {
+      const body = (await request.json()) as { type?: string; challenge?: string }
+      if (body.type === 'verification') return Response.json({ challenge: body.challenge })
+      inFlight++
+      most = Math.max(most, inFlight)
+      await Bun.sleep(300)
+      inFlight--
+      told.add(request.headers.get('x-mcp-subscription-id')!)
+      return new Response(null, { status: 204 })
+    })
+    for (let i = 0; i < SUBSCRIPTIONS_PER_GRANT; i++) {
+      const made = await rpc(token, 'events/subscribe', { name: 'message.failed', arguments: { to: [`+1555300${String(i).padStart(4, '0')}`] }, delivery: { mode: 'webhook', url: `${callbacks.origin}/mass-revocation`, secret: secret() } })
+      expect(made.body.result?.id).toMatch(/^evs_/)
+    }
+    const grants = (await (await server.fetch(`/v0/account/${fixture.accountId}/grants?key=${fixture.apiKey}`)).json()) as { data: { id: string }[] }
+    expect((await server.fetch(`/v0/account/${fixture.accountId}/grants/${grants.data[0]!.id}?key=${fixture.apiKey}`, { method: 'DELETE' })).status).toBe(204)
+    await waitFor(() => told.size === SUBSCRIPTIONS_PER_GRANT, 20_000)
+    expect(most).toBe(TERMINATED_ENVELOPES_IN_FLIGHT)
   })
 
   test('an expired subscription is sent nothing and is deleted', async () => {
