@@ -156,7 +156,7 @@ export async function subscribe(deps: ToolDeps, caller: Caller, rawParams: unkno
     .where(and(eq(hooks.grantId, grantId), eq(hooks.targetUrl, url)))
   if (known!.n === 0) {
     // Checked before the verification POST as well as after it: a grant that may not subscribe
-    // never makes the service call out (docs/security.md, "MCP event callbacks").
+    // never makes the service call out (docs/security.md, "Limits").
     await checkRoomToSubscribe(deps.db, deps.hooksPerAccount, caller.accountId, grantId)
     await verifyCallback(deps, { grantId, id, url, secret })
   }
