@@ -75,6 +75,14 @@ const callbacks = startCallbackServer()
 const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_CA_FILE: callbacks.caFile, WEBHOOK_RETRY_SCHEDULE: '0,200ms,500ms', HOOKS_PER_ACCOUNT: '30' } })
 const mcpUrl = `${server.config.baseUrl}/mcp`
 
+// One registered client for the whole file: each test still has an account and a user of its own.
+let sharedClientId: string | undefined
+async function newFixture(): Promise<Fixture> {
+  const fixture = await flowFixture(server, { clientId: sharedClientId })
+  sharedClientId = fixture.clientId
+  return fixture
+}
+
 const eventsToken = (fixture: Fixture, scope = 'hooks:read messages:read') => tokenFor(server, fixture, { scope, resource: mcpUrl })
 
 async function rpc(token: string, method: string, params: Record<string, unknown> = {}) {
@@ -108,7 +116,7 @@ async function waitFor(predicate: () => boolean, timeoutMs = 10_000) {
 
 describe('the AI SDK client (@ai-sdk/mcp), at its default protocol', () => {
   test('lists tools and events, subscribes by webhook with its own handler, receives a contact’s reply, unsubscribes', async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const store = memoryStore()
     const received: MCPEvent[] = []
@@ -159,7 +167,7 @@ describe('the AI SDK client (@ai-sdk/mcp), at its default protocol', () => {
 
 describe('events over raw 2026-07-28 JSON-RPC', () => {
   test('server/discover advertises the extension and the events capability; push is method-not-found; a 2025 initialize sees no events', async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const discovered = await rpc(token, 'server/discover')
     expect(discovered.body.result.capabilities).toMatchObject({ tools: {}, events: {}, extensions: { 'io.modelcontextprotocol/events': {} } })
@@ -171,7 +179,7 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
   })
 
   test('subscribing needs messages:read: a token without it gets the step-up challenge, and nothing is made', async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture, 'hooks:read hooks:write')
     const callback = echoingCallback('/no-scope')
     const refused = await rpc(token, 'events/subscribe', { name: 'message.inbound', arguments: {}, delivery: { mode: 'webhook', url: callback.url, secret: secret() } })
@@ -185,7 +193,7 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
   })
 
   test('bad params are InvalidParams, an unknown event NotFound, and nothing is verified or made for them', async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const callback = echoingCallback('/bad-params')
     const base = { name: 'message.inbound', arguments: {}, delivery: { mode: 'webhook', url: callback.url, secret: secret() } }
@@ -211,7 +219,7 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
   })
 
   test('a callback that does not echo the challenge is CallbackEndpointError, and no subscription is made', async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const cases: [string, (request: Request) => Response | Promise<Response>, string][] = [
       ['/wrong-echo', () => Response.json({ challenge: 'something else' }), 'challenge_failed'],
@@ -235,7 +243,7 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
   })
 
   test('the verification POST is signed with the client’s secret and names the subscription; subscribing again refreshes without a second challenge', async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const callback = echoingCallback('/refresh')
     const key = secret()
@@ -273,7 +281,7 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
   })
 
   test(`a grant holds at most ${SUBSCRIPTIONS_PER_GRANT} subscriptions, an account's agents HOOKS_PER_ACCOUNT: the next is ResourceExhausted`, async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const callback = echoingCallback('/many')
     for (let i = 0; i < SUBSCRIPTIONS_PER_GRANT; i++) {
@@ -298,7 +306,7 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
   })
 
   test("an account's webhooks leave its agents only the rest of HOOKS_PER_ACCOUNT; the refusal comes before any verification POST", async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     for (let i = 0; i < 30; i++) {
       const made = await server.fetch(`/v0/account/${fixture.accountId}/hooks?key=${fixture.apiKey}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ event: 'message.inbound', target_url: `https://hooks.example.com/rest-${i}` }) })
       expect(made.status).toBe(201)
@@ -310,7 +318,7 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
   })
 
   test('a grant at its bound, or revoked, makes the service call out to no new callback URL', async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const callback = echoingCallback('/full-grant')
     for (let i = 0; i < SUBSCRIPTIONS_PER_GRANT; i++) {
@@ -335,7 +343,7 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
   })
 
   test(`failed verifications are bounded per grant (${FAILED_VERIFICATIONS_PER_GRANT.limit} an hour): past them no POST goes out; a callback that verifies does not count`, async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const good = echoingCallback('/verifies-between-failures')
     expect((await rpc(token, 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: good.url, secret: secret() } })).body.result?.id).toMatch(/^evs_/)
@@ -369,7 +377,7 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
 
 describe('the owner and the end of a subscription', () => {
   async function subscribed(path: string, name = 'message.inbound') {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const callback = echoingCallback(path)
     const key = secret()
@@ -419,7 +427,7 @@ describe('the owner and the end of a subscription', () => {
   })
 
   test(`a mass revocation's terminated envelopes go out ${TERMINATED_ENVELOPES_IN_FLIGHT} at a time, not all at once`, async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     let inFlight = 0
     let most = 0
@@ -493,7 +501,7 @@ describe('events/poll', () => {
   const poll = (token: string, params: Record<string, unknown>) => rpc(token, 'events/poll', { name: 'message.inbound', arguments: {}, ...params })
 
   test('a null cursor starts from now; then the matching events in order, once each; maxEvents pages with hasMore', async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     expect((await inbound(fixture, '+15550008888', 'before the first poll')).status).toBe(201)
     const start = await poll(token, { arguments: { from: ['+15550008888'] }, cursor: null })
@@ -517,7 +525,7 @@ describe('events/poll', () => {
   })
 
   test('a cursor older than maxAgeMs starts from now with truncated; a foreign cursor is InvalidParams; polling needs messages:read', async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const start = await poll(token, { cursor: null })
     expect((await inbound(fixture, '+15550001212', 'skipped')).status).toBe(201)
@@ -525,7 +533,7 @@ describe('events/poll', () => {
     const late = await poll(token, { cursor: start.body.result.cursor, maxAgeMs: 10 })
     expect(late.body.result).toMatchObject({ events: [], truncated: true })
     // Made up, or another account's: cursors are sealed with the service's key and bound to their account.
-    const stranger = await flowFixture(server)
+    const stranger = await newFixture()
     const strangers = (await poll(await eventsToken(stranger), { cursor: null })).body.result.cursor
     for (const cursor of ['not-a-cursor', Buffer.from(`{"a":"${fixture.accountId}","x":"0","i":"","t":${Date.now()}}`).toString('base64url'), strangers]) {
       expect((await poll(token, { cursor })).body.error).toMatchObject({ code: -32602 })
@@ -537,7 +545,7 @@ describe('events/poll', () => {
   })
 
   test(`a replayed early cursor reads what one answer needs, at most ${POLL_SCAN} events with a filter, and is charged by what it read in the rate limit`, async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const start = await poll(token, { cursor: null })
     // pollEvents itself, with a limiter that records what it is charged: its cursors are sealed with this test's key.
@@ -576,7 +584,7 @@ describe('events/poll', () => {
   })
 
   test.skipIf(server.database.handle.kind !== 'postgres')('an event whose transaction commits late is not passed over: polls stop at the oldest transaction still running', async () => {
-    const fixture = await flowFixture(server)
+    const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const start = await poll(token, { cursor: null })
     const db = server.database.handle.db

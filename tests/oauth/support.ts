@@ -17,11 +17,13 @@ export const postForm = (server: TestServer, path: string, body: Record<string, 
 export const REDIRECT_URI = 'http://127.0.0.1:8765/callback'
 
 /** An account with a user, and a registered public client: the cast of every flow test. */
-export async function flowFixture(server: TestServer, options: { scope?: string } = {}) {
+export async function flowFixture(server: TestServer, options: { scope?: string; clientId?: string } = {}) {
   const { accountId, secret: apiKey } = await server.createAccountWithKey('OAuth account')
   const email = `user-${randomBytes(4).toString('hex')}@example.com`
   const password = 'correct horse battery staple'
   const user = await createUser(server.database.handle.db, { accountId, email, password })
+  // A client registered before, for files that need more fixtures than one address may register clients in an hour (20).
+  if (options.clientId) return { accountId, apiKey, email, password, userId: user.id, clientId: options.clientId }
   const registration = await postJson(server, '/v0/auth/register', {
     client_name: 'Flow test client',
     redirect_uris: [REDIRECT_URI],
