@@ -3,6 +3,7 @@ import { Value } from '@sinclair/typebox/value'
 import { readFileSync } from 'node:fs'
 import { parseTrustedProxies } from './http/client-address.ts'
 import { LOG_LEVELS, type LogLevel } from './runtime/logger.ts'
+import { tracingSettingsFromEnv, TracingSettingsError, type TracingSettings } from './runtime/tracing-settings.ts'
 
 const EnvSchema = t.Object({
   PORT: t.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
@@ -67,6 +68,8 @@ export interface Config {
   metricsPort: number | undefined
   /** Requests per second per credential (bursts up to twice that), per instance; 0: no limit. */
   apiRateLimit: number
+  /** OpenTelemetry traces from the standard OTEL_* variables (docs/operations.md#traces); unset: off. */
+  tracing: TracingSettings | undefined
 }
 
 export class ConfigError extends Error {}
@@ -108,6 +111,16 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     trustedProxies: readTrustedProxies(parsed.TRUSTED_PROXIES ?? ''),
     metricsPort: parsed.METRICS_PORT,
     apiRateLimit: parsed.API_RATE_LIMIT,
+    tracing: readTracingSettings(env),
+  }
+}
+
+function readTracingSettings(env: Record<string, string | undefined>): TracingSettings | undefined {
+  try {
+    return tracingSettingsFromEnv(env)
+  } catch (error) {
+    if (error instanceof TracingSettingsError) throw new ConfigError(error.message)
+    throw error
   }
 }
 

@@ -28,7 +28,59 @@ describe('loadConfig', () => {
       trustedProxies: [],
       metricsPort: undefined,
       apiRateLimit: 100,
+      tracing: undefined,
     })
+  })
+
+  test('traces: the standard OTEL_* variables; no endpoint, OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none is off', () => {
+    expect(loadConfig({ OTEL_SERVICE_NAME: 'api' }).tracing).toBeUndefined()
+    expect(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', OTEL_SDK_DISABLED: 'true' }).tracing).toBeUndefined()
+    expect(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', OTEL_TRACES_EXPORTER: 'none' }).tracing).toBeUndefined()
+    expect(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' }).tracing).toEqual({
+      url: 'http://collector:4318/v1/traces',
+      protocol: 'http/protobuf',
+      headers: {},
+      resource: { 'service.name': 'messaging-service' },
+      sampler: { name: 'parentbased_always_on', ratio: 1 },
+      batch: { scheduledDelayMillis: 5000, maxQueueSize: 2048, maxExportBatchSize: 512, exportTimeoutMillis: 30_000 },
+    })
+    const full = loadConfig({
+      OTEL_EXPORTER_OTLP_ENDPOINT: 'http://ignored:4318',
+      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://api.honeycomb.io/v1/traces',
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+      OTEL_EXPORTER_OTLP_HEADERS: 'x-honeycomb-team=abc%3D%3D, x-other = 1',
+      OTEL_SERVICE_NAME: 'messaging-eu',
+      OTEL_RESOURCE_ATTRIBUTES: 'deployment.environment.name=prod,service.name=overridden',
+      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+      OTEL_TRACES_SAMPLER_ARG: '0.25',
+      OTEL_BSP_SCHEDULE_DELAY: '100',
+      OTEL_BSP_MAX_QUEUE_SIZE: '256',
+    }).tracing
+    expect(full).toEqual({
+      url: 'https://api.honeycomb.io/v1/traces',
+      protocol: 'http/json',
+      headers: { 'x-honeycomb-team': 'abc==', 'x-other': '1' },
+      resource: { 'deployment.environment.name': 'prod', 'service.name': 'messaging-eu' },
+      sampler: { name: 'parentbased_traceidratio', ratio: 0.25 },
+      batch: { scheduledDelayMillis: 100, maxQueueSize: 256, maxExportBatchSize: 256, exportTimeoutMillis: 30_000 },
+    })
+  })
+
+  test('traces: a bad OTEL_* value stops the start naming the variable', () => {
+    const endpoint = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }
+    const cases: [Record<string, string>, RegExp][] = [
+      [{ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'collector:4318' }, /^OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: /],
+      [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'ftp://collector' }, /^OTEL_EXPORTER_OTLP_ENDPOINT: must be http or https/],
+      [{ ...endpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }, /^OTEL_EXPORTER_OTLP_PROTOCOL: .*grpc is not supported/],
+      [{ ...endpoint, OTEL_EXPORTER_OTLP_HEADERS: 'novalue' }, /^OTEL_EXPORTER_OTLP_HEADERS: /],
+      [{ ...endpoint, OTEL_EXPORTER_OTLP_HEADERS: 'a=%zz' }, /^OTEL_EXPORTER_OTLP_HEADERS: .*percent-encoded/],
+      [{ ...endpoint, OTEL_TRACES_SAMPLER: 'sometimes' }, /^OTEL_TRACES_SAMPLER: /],
+      [{ ...endpoint, OTEL_TRACES_SAMPLER_ARG: '2' }, /^OTEL_TRACES_SAMPLER_ARG: /],
+      [{ ...endpoint, OTEL_TRACES_EXPORTER: 'zipkin' }, /^OTEL_TRACES_EXPORTER: /],
+      [{ ...endpoint, OTEL_BSP_SCHEDULE_DELAY: 'soon' }, /^OTEL_BSP_SCHEDULE_DELAY: /],
+    ]
+    for (const [env, message] of cases) expect(() => loadConfig(env)).toThrow(message)
+    expect(() => loadConfig({ ...endpoint, OTEL_TRACES_SAMPLER: 'sometimes' })).toThrow(ConfigError)
   })
 
   test('TRUSTED_PROXIES is a list of CIDRs (a bare address is one host), normalised', () => {

@@ -174,11 +174,15 @@ function scrubText(text: string): string {
   return redactSecrets(text.replace(QUERY_PARAMETERS, '$1[REDACTED]'))
 }
 
+/** A span's ids (src/lib/runtime/tracing.ts): 32 and 16 hex digits, which the secret-shaped rule would take for a secret. */
+const TRACE_FIELDS = new Set(['trace_id', 'span_id'])
+
 function scrubbed(fields: LogFields): LogFields {
   const clean: LogFields = {}
   for (const name in fields) {
     const value = fields[name]
-    clean[name] = typeof value === 'string' ? scrubText(value) : value instanceof Error ? describeError(value).error : value
+    if (TRACE_FIELDS.has(name) && typeof value === 'string' && /^[0-9a-f]{16,32}$/.test(value)) clean[name] = value
+    else clean[name] = typeof value === 'string' ? scrubText(value) : value instanceof Error ? describeError(value).error : value
   }
   return clean
 }

@@ -129,6 +129,17 @@ describe('secrets are redacted from logged URLs and headers', () => {
     expect(JSON.parse(lines[0]!).error).toContain('select * from users where email = $1')
     expect(JSON.parse(lines[2]!).error).toContain('refused')
   })
+
+  test("a warning's trace_id and span_id stay (docs/operations.md#traces), though they look like secrets; anything else in those fields does not", () => {
+    const lines: string[] = []
+    const logger = createLogger('debug', (line) => lines.push(line))
+    const traceId = randomBytes(16).toString('hex')
+    const spanId = randomBytes(8).toString('hex')
+    logger.warn('failed', { trace_id: traceId, span_id: spanId })
+    logger.warn('failed', { trace_id: apiKey, span_id: `x${spanId}` })
+    expect(JSON.parse(lines[0]!)).toMatchObject({ trace_id: traceId, span_id: spanId })
+    expect(lines[1]).not.toContain(apiKey)
+  })
 })
 
 const server = await startTestServer()
