@@ -2,6 +2,7 @@ import { Elysia } from 'elysia'
 import type { Config } from './lib/config.ts'
 import type { Database } from './lib/db/client.ts'
 import { isDatabaseReachable } from './lib/db/client.ts'
+import type { Tracing } from './lib/runtime/tracing.ts'
 import type { Logger } from './lib/runtime/logger.ts'
 import { httpFoundation } from './lib/http/foundation.ts'
 import { opsRoutes } from './ops/routes.ts'
@@ -48,6 +49,8 @@ export interface AppDeps {
   messaging: MessageDeps
   /** Applies recent cache invalidations now (after a revocation made by this instance). */
   syncCaches(): Promise<void>
+  /** Set when traces are on (docs/operations.md#traces). */
+  tracing?: Tracing
 }
 
 /** The whole HTTP surface as one Elysia app; runtimes serve it through `requestHandler` (src/lib/http/foundation.ts). */
@@ -78,6 +81,7 @@ export function createApp(deps: AppDeps) {
     logger: deps.logger,
     send: { timeoutMs: deps.config.webhookTimeoutMs, allowPrivate: deps.config.webhookAllowPrivateTargets, ca: deps.config.webhookCaPem },
     deliveriesQueued: deps.messaging.deliveriesQueued,
+    tracing: deps.tracing,
   }
   const app = new Elysia({ normalize: false })
     .use(httpFoundation(deps.logger, { publicUrl: deps.config.publicUrl }))

@@ -8,6 +8,8 @@ import { closeToOthers } from './lib/security/file-modes.ts'
 import { accounts } from './lib/db/schema.ts'
 import { startInvalidationFeed } from './lib/cache/invalidation-feed.ts'
 import { createLogger, type Logger } from './lib/runtime/logger.ts'
+import { SERVICE_INSTRUMENTATION, startTracing, tracedLogger } from './lib/runtime/tracing.ts'
+import { traceRequests } from './lib/http/request-tracing.ts'
 import { requestHandler, type FetchHandler } from './lib/http/foundation.ts'
 import { createApp, type App } from './app.ts'
 import { createAccountReader } from './accounts/account-cache.ts'
@@ -90,7 +92,10 @@ export async function createInstance(options: {
   /** The Bun entry sends webhooks from this process; the Deno entry serves the API only (docs/architecture.md). */
   deliverWebhooks: boolean
 }): Promise<Instance> {
-  const { config, logger, handle } = options
+  const { config, handle } = options
+  // docs/operations.md#traces: off unless an OTLP endpoint is set; then log lines written inside a span name it.
+  const tracing = config.tracing ? startTracing(config.tracing, SERVICE_INSTRUMENTATION) : undefined
+  const logger = tracing ? tracedLogger(options.logger) : options.logger
   await ensureDashboardClient(handle.db, config.publicUrl)
   const keyCache = newApiKeyCache()
   const accounts = createAccountReader(handle.db)
@@ -131,7 +136,7 @@ export async function createInstance(options: {
     worker?.wake()
     notifier?.committed()
   }
-  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, storeMessage: createMessageStorer(handle.db), settleMessage: createMessageSettler(handle.db), deliveriesQueued }
+  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, storeMessage: createMessageStorer(handle.db), settleMessage: createMessageSettler(handle.db), deliveriesQueued, tracing }
   const app = createApp({
     config,
     db: handle.db,
@@ -144,6 +149,7 @@ export async function createInstance(options: {
     secretBox,
     messaging,
     syncCaches: feed.pollNow,
+    tracing,
   })
   const metrics =
     config.metricsPort === undefined
@@ -154,7 +160,8 @@ export async function createInstance(options: {
   const eventRetention = startEventRetention({ db: handle.db, retentionDays: config.eventRetentionDays, logger })
   const eventSubscriptionSweep = startEventSubscriptionSweep({ db: handle.db, secretBox, send: { timeoutMs: config.webhookTimeoutMs, allowPrivate: config.webhookAllowPrivateTargets, ca: config.webhookCaPem }, logger })
   const queuedCatchUp = startQueuedCatchUp(messaging)
-  const handler = requestHandler(app, logger, { publicUrl: config.publicUrl, trustedProxies: config.trustedProxies })
+  const logged = requestHandler(app, logger, { publicUrl: config.publicUrl, trustedProxies: config.trustedProxies })
+  const handler = tracing ? traceRequests(logged, { tracing, routes: app.routes }) : logged
   return {
     app,
     fetch: metrics ? metrics.http.measure(handler) : handler,
@@ -170,6 +177,7 @@ export async function createInstance(options: {
       await eventSubscriptionSweep.stop()
       await queuedCatchUp.stop()
       await worker?.stop()
+      await tracing?.shutdown()
     },
   }
 }

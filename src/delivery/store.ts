@@ -25,6 +25,8 @@ export interface ClaimedDelivery {
   probe: boolean
   /** An agent's MCP event subscription (docs/mcp.md#events): sent as an event occurrence, and 410 or 413 refuses only this delivery. */
   eventSubscription: boolean
+  /** The W3C traceparent stored with its event (docs/operations.md#traces): the attempt is a span of that trace. */
+  traceContext: string | null
 }
 
 export interface ClaimOptions {
@@ -148,6 +150,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
     suspect: boolean
     probe: boolean
     event_subscription: boolean
+    trace_context: string | null
     visited: number
   }
   // No lease taken now or earlier runs past this: a subscription with attempts in flight is due by then
@@ -251,7 +254,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             where d.id = picked.id and e.id = d.event_id and h.id = d.hook_id
             returning d.id, d.event_id, d.hook_id, h.account_id, d.attempts, e.payload, h.target_url, h.secret_ciphertext,
                       case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext,
-                      picked.suspect, picked.probe, h.grant_id is not null as event_subscription
+                      picked.suspect, picked.probe, h.grant_id is not null as event_subscription, e.trace_context
           ),
           next_due as (
             select d.hook_id,
@@ -306,6 +309,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
         suspect: row.suspect === true,
         probe: row.probe === true,
         eventSubscription: row.event_subscription === true,
+        traceContext: row.trace_context,
       })),
     more: visited >= scan,
   }

@@ -1,6 +1,7 @@
 import type { Config } from '../lib/config.ts'
 import type { DatabaseHandle } from '../lib/db/client.ts'
 import type { Logger, LogFields } from '../lib/runtime/logger.ts'
+import type { TracingSettings } from '../lib/runtime/tracing-settings.ts'
 import type { FlowSettings } from './flow-control.ts'
 import type { DeliveryMetrics, OutcomeCounts } from './outcomes.ts'
 import { claimDueDeliveries, recordDeliveryAttempts, type ClaimOptions, type RecordedAttempt } from './store.ts'
@@ -29,6 +30,8 @@ export interface WorkerSettings {
   logClaims: boolean
   /** An info line per attempt: subscription, event, delivery, status or error, duration. */
   logAttempts: boolean
+  /** OpenTelemetry (docs/operations.md#traces): the thread exports its attempts' spans with a provider of its own. Unset: off. */
+  tracing: TracingSettings | undefined
 }
 
 export type ToWorker =
@@ -96,6 +99,7 @@ export function startDeliveryWorker(options: {
     pollMs: POLL_MS,
     logClaims: logger.isEnabled('debug'),
     logAttempts: logger.isEnabled('info'),
+    tracing: config.tracing,
   }
   let stopping = false
   let stopped: (() => void) | null = null

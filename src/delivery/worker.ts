@@ -4,6 +4,8 @@ import { createSecretBox, type SecretBox } from '../lib/security/secret-box.ts'
 import type { LogFields } from '../lib/runtime/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
 import { sendWebhook, type AttemptResult } from './send.ts'
+import { traceAttempt, type AttemptTraceFields } from './attempt-span.ts'
+import { startTracing, type Tracing } from '../lib/runtime/tracing.ts'
 import { occurrenceBody, SUBSCRIPTION_ID_HEADER } from './event-wire.ts'
 import { DELIVERIES_CHANNEL, WORKER_SESSION_SETTINGS, claimDueDeliveries, recordDeliveryAttempts, type ClaimedDelivery } from './store.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './supervisor.ts'
@@ -13,6 +15,7 @@ const post = (message: FromWorker) => postMessage(message)
 const log = (level: 'debug' | 'info' | 'warn' | 'error', message: string, fields?: LogFields) => post({ type: 'log', level, message, fields })
 
 let dispatcher: Dispatcher | undefined
+let tracing: Tracing | undefined
 let flushAttemptLogs = () => {}
 let closeDatabase: () => Promise<void> = async () => {}
 const pendingCalls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>()
@@ -84,6 +87,9 @@ function secretOpener(box: SecretBox) {
 
 async function start(settings: WorkerSettings) {
   const openSecret = secretOpener(await createSecretBox(settings.encryptionKey))
+  tracing = settings.tracing ? startTracing(settings.tracing) : undefined
+  // Each attempt's span, for its log line (written when the dispatcher reports the attempt).
+  const attemptTraces = new Map<ClaimedDelivery, AttemptTraceFields>()
   const wake = () => dispatcher?.wake()
   const database = settings.databaseUrl ? await postgresStore(settings.databaseUrl, wake) : proxiedStore()
   const store: DeliveryStore = settings.logClaims
@@ -105,13 +111,15 @@ async function start(settings: WorkerSettings) {
       log('error', 'cannot open a webhook signing secret', { hook_id: delivery.hookId, error: String(error) })
       return { ok: false, status: null, durationMs: 0, error: 'the signing secret could not be opened', responseSnippet: '', retryAfterSeconds: null }
     }
-    const request = delivery.eventSubscription
-      ? { url: delivery.targetUrl, id: delivery.eventId, body: occurrenceBody(delivery.payload), secrets, headers: { [SUBSCRIPTION_ID_HEADER]: delivery.hookId } }
-      : { url: delivery.targetUrl, id: delivery.eventId, body: delivery.payload, secrets }
-    return sendWebhook(
-      request,
-      { timeoutMs: settings.timeoutMs, allowPrivate: settings.allowPrivate, ca: settings.ca },
-    )
+    const options = { timeoutMs: settings.timeoutMs, allowPrivate: settings.allowPrivate, ca: settings.ca }
+    const body = delivery.eventSubscription ? occurrenceBody(delivery.payload) : delivery.payload
+    const send = (headers: Record<string, string>) =>
+      sendWebhook({ url: delivery.targetUrl, id: delivery.eventId, body, secrets, headers: delivery.eventSubscription ? { ...headers, [SUBSCRIPTION_ID_HEADER]: delivery.hookId } : headers }, options)
+    if (!tracing) return send({})
+    const ids = { hookId: delivery.hookId, eventId: delivery.eventId, deliveryId: delivery.id, attempt: delivery.attempts + 1, url: delivery.targetUrl, probe: delivery.probe }
+    const { result, trace } = await traceAttempt(tracing, tracing.contextFrom({ traceparent: delivery.traceContext }), ids, send)
+    if (settings.logAttempts) attemptTraces.set(delivery, trace)
+    return result
   }
   // Attempt lines go to the main thread's logger in batches, at most 50 ms late.
   let attemptLines: LogFields[] = []
@@ -159,6 +167,8 @@ async function start(settings: WorkerSettings) {
       outcomes[OUTCOME_INDEX[decision.kind]]! += 1
       countsTimer ??= setTimeout(flushCounts, 50)
       if (settings.logAttempts) {
+        const trace = attemptTraces.get(delivery)
+        attemptTraces.delete(delivery)
         attemptLines.push({
           hook_id: delivery.hookId,
           event_id: delivery.eventId,
@@ -170,6 +180,7 @@ async function start(settings: WorkerSettings) {
           outcome: decision.kind,
           // The one attempt an open circuit let through (src/delivery/circuit.ts).
           ...(delivery.probe ? { circuit: 'probe' } : {}),
+          ...trace,
         })
         if (attemptLines.length >= 500) flushAttemptLines()
         else attemptTimer ??= setTimeout(flushAttemptLines, 50)
@@ -181,6 +192,7 @@ async function start(settings: WorkerSettings) {
 async function stop() {
   await dispatcher?.stop()
   flushAttemptLogs()
+  await tracing?.shutdown()
   await closeDatabase()
   post({ type: 'stopped' })
 }

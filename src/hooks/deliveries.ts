@@ -3,6 +3,9 @@ import type { Static } from 'elysia'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { ApiError, notFound } from '../lib/http/errors.ts'
 import { isId, lowestIdAt, newId } from '../lib/db/ids.ts'
+import { context } from '@opentelemetry/api'
+import type { Tracing } from '../lib/runtime/tracing.ts'
+import { traceAttempt } from '../delivery/attempt-span.ts'
 import type { Logger } from '../lib/runtime/logger.ts'
 import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
@@ -27,6 +30,8 @@ export interface DeliveryOperationDeps {
   send: Pick<SendOptions, 'timeoutMs' | 'allowPrivate' | 'ca'>
   /** Deliveries were put back in the queue: the worker should look now. */
   deliveriesQueued(): void
+  /** Set when traces are on: a test attempt is a CLIENT span of the request's trace (docs/operations.md#traces). */
+  tracing?: Tracing
 }
 
 // The table says `delivered` (as the worker's decisions do); the API says `succeeded`, as docs/api.md does.
@@ -211,8 +216,11 @@ export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: stri
   const hook = await getHook(deps.db, accountId, hookId)
   const secrets = await signingSecrets(deps.secretBox, hook)
   const event = exampleEvent(accountId, hook.event as EventType)
-  const result = await sendWebhook({ url: hook.targetUrl, id: event.id, body: event.payload, secrets }, deps.send)
   const deliveryId = newId('dlv')
+  const send = (headers: Record<string, string>) => sendWebhook({ url: hook.targetUrl, id: event.id, body: event.payload, secrets, headers }, deps.send)
+  const { result, trace } = deps.tracing
+    ? await traceAttempt(deps.tracing, context.active(), { hookId: hook.id, eventId: event.id, deliveryId, attempt: 1, url: hook.targetUrl }, send)
+    : { result: await send({}), trace: undefined }
   await deps.db.execute(sql`with
       test_event as (
         insert into events (id, account_id, type, payload, test) values (${event.id}, ${accountId}, ${event.type}, ${event.payload}, true)
@@ -235,6 +243,7 @@ export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: stri
     duration_ms: Math.round(result.durationMs),
     outcome: result.ok ? 'delivered' : 'failed',
     test: true,
+    ...trace,
   })
   return { delivery_id: deliveryId, status_code: result.status, duration_ms: Math.round(result.durationMs), error: result.error }
 }

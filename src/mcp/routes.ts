@@ -9,6 +9,7 @@ import { isAllowedOrigin } from './origin.ts'
 import { createMcpPostHandler } from './sdk-server.ts'
 import { MCP_TOOL_SCOPES } from './scopes.ts'
 import { stepUpRefusal } from './step-up.ts'
+import { traceMcpRequest } from './tracing.ts'
 
 export interface McpRouteDeps extends ToolDeps, Omit<AuthPluginDeps, 'resourceMetadataUrl'> {
   publicUrl: string
@@ -57,7 +58,8 @@ export function mcpRoutes(deps: McpRouteDeps) {
         if (refusal) throw refusal
         // The caller's own X-Request-Id when it sent a valid one, as on every other route.
         const requestId = incomingRequestIdOf(request) ?? newId('req')
-        const response = await handleMcpPost(caller, request, body, requestId)
+        const answer = () => handleMcpPost(caller, request, body, requestId)
+        const response = deps.tracing ? await traceMcpRequest(deps.tracing, request, body, answer) : await answer()
         response.headers.set('x-request-id', requestId)
         return response
       },

@@ -7,6 +7,7 @@ import { describeError } from '../lib/runtime/logger.ts'
 import { TOOL_LIST, callTool, type ToolDeps } from './tools.ts'
 import { listEvents, subscribe, unsubscribe } from './events.ts'
 import { pollEvents, type PollDeps } from './event-poll.ts'
+import { markMcpFailure } from './tracing.ts'
 
 const EVENTS_EXTENSION = 'io.modelcontextprotocol/events'
 
@@ -84,8 +85,12 @@ function serverFor(deps: McpServerDeps, { caller, requestId }: RequestBinding, o
       try {
         return await handler(params)
       } catch (error) {
-        if (error instanceof ProtocolError) throw error
+        if (error instanceof ProtocolError) {
+          markMcpFailure(String(error.code), error.code)
+          throw error
+        }
         deps.logger.error('MCP request failed', { request_id: requestId, ...describeError(error) })
+        markMcpFailure('internal_error', ProtocolErrorCode.InternalError)
         throw new ProtocolError(ProtocolErrorCode.InternalError, `Internal error; the request id is ${requestId}.`)
       }
     }
@@ -102,6 +107,7 @@ function serverFor(deps: McpServerDeps, { caller, requestId }: RequestBinding, o
     if (outcome.ok) return { content: [{ type: 'text', text: JSON.stringify(outcome.result) }], structuredContent: outcome.result }
     // The same problem body REST would answer, so a model reads the same field errors.
     const problem = problemBody(outcome.error, requestId, deps.publicUrl)
+    markMcpFailure('tool_error')
     return { isError: true, content: [{ type: 'text', text: JSON.stringify(problem) }] }
   }))
   return server

@@ -23,7 +23,7 @@ export function buildEvent(input: { accountId: string; type: EventType; message:
 
 /**
  * The tail of a statement that stores events: given an earlier member `stored_events(id,
- * account_id, type, payload, contact)` of the caller's `WITH`, it inserts those events and one pending
+ * account_id, type, payload, contact, trace_context)` of the caller's `WITH`, it inserts those events and one pending
  * delivery per active or paused subscription of their account and type (a paused one's wait
  * for it to resume: the claim takes active subscriptions' only), and selects how many deliveries
  * it made. The change that caused the events, the events and their deliveries are then one
@@ -39,8 +39,8 @@ export function buildEvent(input: { accountId: string; type: EventType; message:
  */
 export const storeEventsAndDeliveries: SQL = sql`,
   new_events as (
-    insert into events (id, account_id, type, payload, contact)
-    select id, account_id, type, payload, contact from stored_events
+    insert into events (id, account_id, type, payload, contact, trace_context)
+    select id, account_id, type, payload, contact, trace_context from stored_events
     returning id, account_id, type
   ),
   targets as (

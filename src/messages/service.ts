@@ -7,6 +7,8 @@ import { isDatabaseUnavailable } from '../lib/db/errors.ts'
 import { events, messages } from '../lib/db/schema.ts'
 import { isId, newId } from '../lib/db/ids.ts'
 import type { Logger } from '../lib/runtime/logger.ts'
+import { inSpan, type Tracing } from '../lib/runtime/tracing.ts'
+import { SpanKind } from '@opentelemetry/api'
 import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { EventType } from './event-types.ts'
 import type { Carrier } from './carrier.ts'
@@ -26,6 +28,8 @@ export interface MessageDeps {
   settleMessage: MessageSettler
   /** Called after a commit that queued deliveries: wakes this process's delivery worker. */
   deliveriesQueued(): void
+  /** Set when traces are on (docs/operations.md#traces): accepting, dispatching and settling are spans of the request's trace. */
+  tracing?: Tracing
 }
 
 export function toMessageResource(message: Message): MessageResource {
@@ -59,10 +63,11 @@ export function createMessageStorer(db: Database): MessageStorer {
         contact: message.contact,
         body: message.body,
         created_at: message.createdAt.toISOString(),
+        trace_context: message.traceContext,
       }))
-      await db.execute(sql`insert into messages (id, account_id, direction, contact, body, status, created_at, updated_at)
-        select id, account_id, 'outbound', contact, body, 'queued', created_at, created_at
-        from jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) as i(id text, account_id text, contact text, body text, created_at timestamptz)`)
+      await db.execute(sql`insert into messages (id, account_id, direction, contact, body, status, created_at, updated_at, trace_context)
+        select id, account_id, 'outbound', contact, body, 'queued', created_at, created_at, trace_context
+        from jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) as i(id text, account_id text, contact text, body text, created_at timestamptz, trace_context text)`)
       return batch.map(() => undefined)
     },
     { maxBatch: 256 },
@@ -71,11 +76,18 @@ export function createMessageStorer(db: Database): MessageStorer {
 }
 
 /** Accepts an outbound message; the carrier's outcome is recorded by `dispatchMessage`. */
-export async function acceptMessage(deps: Pick<MessageDeps, 'storeMessage'>, accountId: string, input: { to: string; body: string }): Promise<Message> {
+export async function acceptMessage(deps: Pick<MessageDeps, 'storeMessage' | 'tracing'>, accountId: string, input: { to: string; body: string }): Promise<Message> {
   const now = new Date()
-  const message: Message = { id: newId('msg'), accountId, direction: 'outbound', contact: input.to, body: input.body, status: 'queued', error: null, createdAt: now, updatedAt: now }
-  await deps.storeMessage(message)
-  return message
+  const id = newId('msg')
+  return inSpan(deps.tracing, 'message accept', { attributes: { 'app.account.id': accountId, 'app.message.id': id } }, async (span) => {
+    const message: Message = {
+      id, accountId, direction: 'outbound', contact: input.to, body: input.body, status: 'queued', error: null, createdAt: now, updatedAt: now,
+      // Stored with the message: its dispatch continues this trace even in another process, after a restart.
+      traceContext: span ? deps.tracing!.traceparentOf(span) : null,
+    }
+    await deps.storeMessage(message)
+    return message
+  })
 }
 
 /** A carrier's outcome for a queued message, with the event that reports it. */
@@ -89,6 +101,8 @@ interface Settlement {
   event_id: string
   event_type: EventType
   payload: string
+  /** The settlement span's traceparent, stored with the event: its delivery attempts are spans of this trace. */
+  trace_context: string | null
 }
 
 /** Deliveries one settlement statement aims to write at most (one message's fan-out may write more). */
@@ -112,7 +126,7 @@ export function createMessageSettler(db: Database): MessageSettler {
         db,
         sql`with input as (
               select * from jsonb_to_recordset(${JSON.stringify(batch)}::jsonb) as i(
-                message_id text, status text, error text, updated_at timestamptz, event_id text, event_type text, payload text)
+                message_id text, status text, error text, updated_at timestamptz, event_id text, event_type text, payload text, trace_context text)
             ),
             settled as (
               update messages m set status = i.status, error = i.error, updated_at = i.updated_at
@@ -121,7 +135,7 @@ export function createMessageSettler(db: Database): MessageSettler {
               returning m.id, m.account_id, m.contact
             ),
             stored_events as (
-              select i.event_id as id, s.account_id, i.event_type as type, i.payload, s.contact
+              select i.event_id as id, s.account_id, i.event_type as type, i.payload, s.contact, i.trace_context
               from input i join settled s on s.id = i.message_id
             )${storeEventsAndDeliveries}`,
       )
@@ -136,28 +150,43 @@ export function createMessageSettler(db: Database): MessageSettler {
   return batcher.submit
 }
 
-/** Hands a queued message to the carrier and records the outcome, its event and the event's deliveries. */
+/**
+ * Hands a queued message to the carrier and records the outcome, its event and the event's
+ * deliveries. With traces on, a `message dispatch` span (the carrier call) in the trace the
+ * message was accepted in, as stored with it, and in it a `message settle` span whose context is
+ * stored with the event.
+ */
 export async function dispatchMessage(deps: MessageDeps, message: Message): Promise<void> {
-  const outcome = await deps.carrier.deliver(message.contact, message.body)
-  const settled: Message = {
-    ...message,
-    status: outcome.delivered ? 'delivered' : 'failed',
-    error: outcome.delivered ? null : outcome.error,
-    updatedAt: new Date(),
-  }
-  const type: EventType = outcome.delivered ? 'message.delivered' : 'message.failed'
-  const { pending } = buildEvent({ accountId: message.accountId, type, message: toMessageResource(settled) })
-  const queued = await settleWhileDatabaseAway(deps.settleMessage, {
-    account_id: message.accountId,
-    message_id: message.id,
-    status: settled.status as Settlement['status'],
-    error: settled.error,
-    updated_at: settled.updatedAt.toISOString(),
-    event_id: pending.id,
-    event_type: type,
-    payload: pending.payload,
+  const ids = { 'app.account.id': message.accountId, 'app.message.id': message.id }
+  const parent = deps.tracing?.contextFrom({ traceparent: message.traceContext })
+  await inSpan(deps.tracing, 'message dispatch', { kind: SpanKind.CLIENT, attributes: ids, parent }, async (dispatchSpan) => {
+    const outcome = await deps.carrier.deliver(message.contact, message.body)
+    dispatchSpan?.setAttribute('app.message.status', outcome.delivered ? 'delivered' : 'failed')
+    const settled: Message = {
+      ...message,
+      status: outcome.delivered ? 'delivered' : 'failed',
+      error: outcome.delivered ? null : outcome.error,
+      updatedAt: new Date(),
+    }
+    const type: EventType = outcome.delivered ? 'message.delivered' : 'message.failed'
+    const { pending } = buildEvent({ accountId: message.accountId, type, message: toMessageResource(settled) })
+    const queued = await inSpan(deps.tracing, 'message settle', { attributes: { ...ids, 'app.event.id': pending.id, 'app.event.type': type } }, async (settleSpan) => {
+      const count = await settleWhileDatabaseAway(deps.settleMessage, {
+        account_id: message.accountId,
+        message_id: message.id,
+        status: settled.status as Settlement['status'],
+        error: settled.error,
+        updated_at: settled.updatedAt.toISOString(),
+        event_id: pending.id,
+        event_type: type,
+        payload: pending.payload,
+        trace_context: settleSpan ? deps.tracing!.traceparentOf(settleSpan) : null,
+      })
+      settleSpan?.setAttribute('app.deliveries.queued', count)
+      return count
+    })
+    if (queued > 0) deps.deliveriesQueued()
   })
-  if (queued > 0) deps.deliveriesQueued()
 }
 
 // The carrier has acted, so its outcome is kept and written again while the database is away
@@ -202,27 +231,35 @@ export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<nu
  * message, its event and the event's deliveries in one statement.
  */
 export async function receiveInboundMessage(
-  deps: Pick<MessageDeps, 'db' | 'deliveriesQueued'>,
+  deps: Pick<MessageDeps, 'db' | 'deliveriesQueued' | 'tracing'>,
   accountId: string,
   input: { from: string; body: string },
 ): Promise<Message> {
   const now = new Date()
-  const message: Message = { id: newId('msg'), accountId, direction: 'inbound', contact: input.from, body: input.body, status: 'received', error: null, createdAt: now, updatedAt: now }
-  const { pending } = buildEvent({ accountId, type: 'message.inbound', message: toMessageResource(message) })
-  const [row] = await queryRows<{ delivery_count: number }>(
-    deps.db,
-    sql`with stored_message as (
-          insert into messages (id, account_id, direction, contact, body, status, created_at, updated_at)
-          values (${message.id}, ${accountId}, 'inbound', ${input.from}, ${input.body}, 'received', ${now.toISOString()}::timestamptz, ${now.toISOString()}::timestamptz)
-          returning account_id
-        ),
-        stored_events as (
-          select ${pending.id}::text as id, account_id, ${pending.type}::text as type, ${pending.payload}::text as payload, ${input.from}::text as contact
-          from stored_message
-        )${storeEventsAndDeliveries}`,
-  )
-  if (Number(row?.delivery_count ?? 0) > 0) deps.deliveriesQueued()
-  return message
+  const id = newId('msg')
+  return inSpan(deps.tracing, 'message receive', { attributes: { 'app.account.id': accountId, 'app.message.id': id } }, async (span) => {
+    const traceContext = span ? deps.tracing!.traceparentOf(span) : null
+    const message: Message = { id, accountId, direction: 'inbound', contact: input.from, body: input.body, status: 'received', error: null, createdAt: now, updatedAt: now, traceContext }
+    const { pending } = buildEvent({ accountId, type: 'message.inbound', message: toMessageResource(message) })
+    span?.setAttributes({ 'app.event.id': pending.id, 'app.event.type': pending.type })
+    const [row] = await queryRows<{ delivery_count: number }>(
+      deps.db,
+      sql`with stored_message as (
+            insert into messages (id, account_id, direction, contact, body, status, created_at, updated_at, trace_context)
+            values (${message.id}, ${accountId}, 'inbound', ${input.from}, ${input.body}, 'received', ${now.toISOString()}::timestamptz, ${now.toISOString()}::timestamptz, ${traceContext})
+            returning account_id
+          ),
+          stored_events as (
+            select ${pending.id}::text as id, account_id, ${pending.type}::text as type, ${pending.payload}::text as payload, ${input.from}::text as contact,
+              ${traceContext}::text as trace_context
+            from stored_message
+          )${storeEventsAndDeliveries}`,
+    )
+    const queued = Number(row?.delivery_count ?? 0)
+    span?.setAttribute('app.deliveries.queued', queued)
+    if (queued > 0) deps.deliveriesQueued()
+    return message
+  })
 }
 
 export async function findMessage(db: Database, accountId: string, messageId: string): Promise<Message | null> {

@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type Metric, type MetricValueWithName } from 'prom-client'
-import { Memoirist } from 'memoirist'
+import { createRouteMatcher } from '../lib/http/route-patterns.ts'
 import { sql } from 'drizzle-orm'
 import { queryRows, type DatabaseHandle } from '../lib/db/client.ts'
 import type { FetchHandler } from '../lib/http/foundation.ts'
@@ -36,13 +36,8 @@ export interface HttpMetrics {
   record(method: string, url: string, status: number, seconds: number): void
 }
 
-/**
- * Routes are the app's own patterns (`/v0/account/:account_id/hooks/:hook_id`), matched again
- * here with the router Elysia itself uses: a static path is one Map lookup.
- */
+/** Each route pattern's counters, found per request by src/lib/http/route-patterns.ts. */
 function routeTable(routes: readonly { method: string; path: string }[]) {
-  const statics = new Map<string, Map<string, RouteStats>>()
-  const dynamic = new Memoirist<RouteStats>()
   const all = new Map<string, RouteStats>()
   const stats = (route: string) => {
     let found = all.get(route)
@@ -53,28 +48,8 @@ function routeTable(routes: readonly { method: string; path: string }[]) {
     return found
   }
   const unmatched = stats(UNMATCHED_ROUTE)
-  for (const { method, path } of routes) {
-    if (method === 'ALL' || method === 'WS') continue
-    const target = stats(path)
-    if (!path.includes(':') && !path.includes('*')) {
-      let byPath = statics.get(method)
-      if (!byPath) statics.set(method, (byPath = new Map()))
-      byPath.set(path, target)
-    } else {
-      try {
-        dynamic.add(method, path, target)
-      } catch {}
-    }
-  }
-  const find = (method: string, url: string): RouteStats => {
-    // The path of an absolute URL: from the first '/' after the scheme's '//' to the query.
-    const start = url.indexOf('/', url.indexOf('//') + 2)
-    if (start < 0) return unmatched
-    const query = url.indexOf('?', start)
-    const path = query < 0 ? url.slice(start) : url.slice(start, query)
-    const lookup = method === 'HEAD' ? 'GET' : method
-    return statics.get(lookup)?.get(path) ?? dynamic.find(lookup, path)?.store ?? unmatched
-  }
+  const match = createRouteMatcher(routes, stats)
+  const find = (method: string, url: string): RouteStats => match(method, url) ?? unmatched
   return { find, all }
 }
 

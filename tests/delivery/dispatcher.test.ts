@@ -16,6 +16,7 @@ const delivery = (id: number, hookId = 'hook_1'): ClaimedDelivery => ({
   suspect: false,
   probe: false,
   eventSubscription: false,
+  traceContext: null,
 })
 const ok: AttemptResult = { ok: true, status: 200, durationMs: 1, error: null, responseSnippet: '', retryAfterSeconds: null }
 

@@ -257,6 +257,8 @@ export const messages = pgTable(
     error: text('error'),
     createdAt: createdAt(),
     updatedAt: timestamp('updated_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+    /** The W3C traceparent of the span that accepted it, when traces are on: its dispatch continues that trace, in whichever process (docs/operations.md#traces). */
+    traceContext: text('trace_context'),
   },
   (table) => [index('messages_account_id_idx').on(table.accountId, table.id), index('messages_queued_idx').on(table.createdAt).where(sql`${table.status} = 'queued'`)],
 )
@@ -281,6 +283,8 @@ export const events = pgTable(
      * transaction still running, so an event that commits late is never passed over (src/mcp/event-poll.ts).
      */
     xact: xid8('xact').notNull().default(sql`pg_current_xact_id()`),
+    /** The W3C traceparent of the span that wrote it, when traces are on: every delivery attempt is a span of that trace, however much later (docs/operations.md#traces). */
+    traceContext: text('trace_context'),
     createdAt: createdAt(),
   },
   (table) => [

@@ -1,0 +1,2 @@
+ALTER TABLE "events" ADD COLUMN "trace_context" text;--> statement-breakpoint
+ALTER TABLE "messages" ADD COLUMN "trace_context" text;
