@@ -14,14 +14,15 @@
  * API_RATE_LIMIT=100000: every request goes through the limiter, none is refused.
  *
  * Options: --rounds 3, --duration 10 (s measured per phase), --warmup 3, --connections 64,
- * --threads 2, --skip-healthz, --skip-bearer, --pg-url <admin URL> (default
+ * --threads 2, --skip-healthz, --skip-bearer, --otlp (traces on, 100 % sampled, to a sink in this
+ * process: what tracing costs), --pg-url <admin URL> (default
  * postgres://postgres@127.0.0.1:5432/postgres or $BENCH_PG_URL; loopback only).
  * Everything is stopped and removed on the way out; exit code 1 on any error (a non-2xx under load).
  */
 import { createHash, randomBytes } from 'node:crypto'
 import {
   BUN, DEFAULT_PG_URL, childEnv, commandLine, expectStatus, fail, fmtFixed, fmtInt, fmtMs, freePort, median, printMachine, printProblems,
-  printTable, redact, runCommand, runMain, serverProblems, startServer, startService, stopChild, storage, tempDir, verdict, wrk, wrkVersion,
+  printTable, redact, runCommand, runMain, serverProblems, startOtlpSink, startServer, startService, stopChild, storage, tempDir, verdict, wrk, wrkVersion,
   type Server, type WrkResult,
 } from './harness.ts'
 
@@ -35,7 +36,9 @@ const cli = commandLine(import.meta.url, {
   'skip-healthz': { type: 'boolean', default: false },
   'skip-bearer': { type: 'boolean', default: false },
   'pg-url': { type: 'string', default: process.env.BENCH_PG_URL ?? DEFAULT_PG_URL },
+  otlp: { type: 'boolean', default: false },
 })
+const OTLP = cli.flag('otlp') ? startOtlpSink() : undefined
 const DB = cli.choice('db', ['postgres', 'pglite'])
 const ROUNDS = cli.integer('rounds', 1, 10)
 const LOAD = { seconds: cli.integer('duration', 1, 120), threads: cli.integer('threads', 1, 64), connections: cli.integer('connections', 1, 1024) }
@@ -84,7 +87,7 @@ async function main(): Promise<number> {
   const wrkName = await wrkVersion()
   const store = await storage(DB, PG_URL, 'account')
   printMachine([['load', `${wrkName}: -t${LOAD.threads} -c${LOAD.connections} -d${LOAD.seconds}s after ${WARMUP}s warm-up; ${ROUNDS} rounds, medians`], ['database', store.describe]])
-  const env = { ...store.env, API_RATE_LIMIT: '100000' }
+  const env = { ...store.env, ...OTLP?.env, API_RATE_LIMIT: '100000' }
   const problems: string[] = []
 
   // The demo account, user and API key (CLI), an OAuth client: once, on a server at warn.
@@ -142,6 +145,7 @@ async function main(): Promise<number> {
     const ratio = med.find((m) => m.label === `${name}, LOG_LEVEL=info`)!.rps / bare.rps
     console.log(`${name}/bare, LOG_LEVEL=info: ${fmtFixed(ratio, 2)} (target ≥ ${TARGET.toFixed(2)}${DB === 'pglite' ? ', for PostgreSQL' : ''}): ${verdict(ratio >= TARGET)}`)
   }
+  if (OTLP) console.log(`\ntraces: ${OTLP.describe()}`)
   printProblems(problems)
   return problems.length ? 1 : 0
 }

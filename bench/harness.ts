@@ -187,6 +187,30 @@ export const DEFAULT_PG_URL = 'postgres://postgres@127.0.0.1:5432/postgres'
 /** One quiet connection to `url`. */
 export const connect = (url: URL, options: postgres.Options<{}> = {}): Sql => postgres(url.href, { max: 1, onnotice: () => {}, connect_timeout: 5, ...options })
 
+/**
+ * `--otlp`: an OTLP/HTTP sink on loopback that answers every export at once and counts them, and the
+ * server variables that turn tracing on at 100 % sampling (docs/operations.md#traces), so the server
+ * pays for its spans and nothing downstream slows it.
+ */
+export function startOtlpSink(): { env: Record<string, string>; describe(): string } {
+  let exports = 0
+  let bytes = 0
+  const server = Bun.serve({
+    port: 0,
+    hostname: '127.0.0.1',
+    async fetch(request) {
+      bytes += (await request.arrayBuffer()).byteLength
+      exports++
+      return new Response(new Uint8Array(0), { headers: { 'content-type': 'application/x-protobuf' } })
+    },
+  })
+  onCleanup(() => server.stop(true))
+  return {
+    env: { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${server.port}`, OTEL_TRACES_SAMPLER: 'always_on', OTEL_BSP_MAX_QUEUE_SIZE: '65536' },
+    describe: () => `${fmtInt(exports)} OTLP exports, ${fmtInt(bytes / 1024)} KiB (protobuf, 100 % sampled)`,
+  }
+}
+
 export interface Storage {
   describe: string
   /** DATABASE_URL (PostgreSQL), DATA_DIR and ENCRYPTION_KEY for every server and CLI call of the run. */

@@ -53,7 +53,8 @@
  *           after --drain is canceled by SQL, so that it does not weigh on what follows.
  *
  * Options: --concurrency 64, --seconds 10, --rate-one 2000, --fair-rate 100, --fair-seconds 10,
- * --slow-ms 2000, --drain (30 s for basic, 180 for the others), and those named above.
+ * --slow-ms 2000, --drain (30 s for basic, 180 for the others), --otlp (traces on, 100 % sampled, to
+ * a sink in this process: what tracing costs), and those named above.
  * PostgreSQL: a fresh database on $DATABASE_URL's server (default postgres://postgres@127.0.0.1:5432,
  * loopback only), dropped at the end; accounts and keys are written straight into it (PGlite: the
  * CLI), subscriptions are made through the API. Every child process is stopped on the way out,
@@ -70,7 +71,7 @@ import { DroppedError, HttpPool } from './http-client.ts'
 import {
   BUN, call, childEnv, commandLine, connect, epochNow, expectStatus, fail, fmtCores, fmtFixed, fmtInt, fmtMs, freePort, onCleanup, percentiles,
   postgresCpuSeconds, printMachine, printProblems, printTable, processCpuSeconds, redact, runCommand, runMain, serverProblems, sleep, startCpu,
-  startServer, startService, stopChild, storage, tempDir, verdict, type CpuUse, type Server, type Sql, type Storage,
+  startOtlpSink, startServer, startService, stopChild, storage, tempDir, verdict, type CpuUse, type Server, type Sql, type Storage,
 } from './harness.ts'
 
 const cli = commandLine(import.meta.url, {
@@ -94,7 +95,9 @@ const cli = commandLine(import.meta.url, {
   requests: { type: 'string', default: '200' },
   'skip-many': { type: 'boolean', default: false },
   'agent-rate': { type: 'string', default: '200' },
+  otlp: { type: 'boolean', default: false },
 })
+const OTLP = cli.flag('otlp') ? startOtlpSink() : undefined
 const SCENARIO = cli.choice('scenario', ['basic', 'storm', 'growth', 'fanout', 'rows', 'agent'])
 const DATABASE = cli.choice('database', ['postgres', 'pglite'])
 const PG = DATABASE === 'postgres'
@@ -216,7 +219,7 @@ async function startRig(workDir: string, settings: Record<string, string> = {}):
   const receiver = await startReceiver(workDir)
   const store = await storage(DATABASE, ADMIN_URL, SCENARIO)
   const metricsPort = freePort()
-  const env = { ...store.env, ...settings, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', NODE_EXTRA_CA_CERTS: receiver.caFile, API_RATE_LIMIT: '0', METRICS_PORT: String(metricsPort) }
+  const env = { ...store.env, ...settings, ...OTLP?.env, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', NODE_EXTRA_CA_CERTS: receiver.caFile, API_RATE_LIMIT: '0', METRICS_PORT: String(metricsPort) }
   const server = await startService('server', env, workDir)
   let sql: Sql | null = null
   if (store.database) {
@@ -229,7 +232,7 @@ async function startRig(workDir: string, settings: Record<string, string> = {}):
     ['scenario', `${SCENARIO}, ${PG ? `PostgreSQL ${(await sql!`show server_version`)[0]!.server_version}` : 'PGlite'}`],
     ['database', store.describe],
     ['receiver', `${receiver.origin} (bench/webhook-receiver.ts, own process, 204 at once)`],
-    ['server', `bun src/main.ts, LOG_LEVEL=info, API_RATE_LIMIT=0, WEBHOOK_ALLOW_PRIVATE_TARGETS=true, METRICS_PORT=${metricsPort}`],
+    ['server', `bun src/main.ts, LOG_LEVEL=info, API_RATE_LIMIT=0, WEBHOOK_ALLOW_PRIVATE_TARGETS=true, METRICS_PORT=${metricsPort}${OTLP ? ', traces on (--otlp: every span exported to a sink in this process)' : ''}`],
     ['settings', shown.join(', ')],
     ['load', `POST …/messages from this process (bench/http-client.ts), ${CONCURRENCY} connections`],
   ])
@@ -813,6 +816,7 @@ async function main(): Promise<number> {
   const problems = await serverProblems(rig.server, 0, SCENARIO === 'storm')
   console.log(`\nSummary: --scenario ${SCENARIO}, ${PG ? 'PostgreSQL' : 'PGlite'}, ${new Date().toISOString()}`)
   printTable(summary)
+  if (OTLP) console.log(`\ntraces: ${OTLP.describe()}`)
   printProblems(problems)
   log('done; stopping the receiver and removing the database')
   return problems.length ? 1 : 0
