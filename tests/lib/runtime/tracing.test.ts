@@ -7,6 +7,7 @@ import { SPAN_KIND, startOtlpReceiver, type ReceivedSpan } from '../../support/o
 import { freshDataDir, runCli, startServerProcess } from '../../support/process.ts'
 import { authorizeAndRedeem, flowFixture, postJson, signIn } from '../../oauth/support.ts'
 import { tokenFor } from '../../support/mcp.ts'
+import { Client, StreamableHTTPClientTransport, TRACEPARENT_META_KEY } from '@modelcontextprotocol/client'
 
 // docs/operations.md#traces: one trace from a traced client's request to the receiver, over OTLP/HTTP
 // (protobuf and JSON) to a receiver that decodes the wire, as a collector would.
@@ -168,6 +169,15 @@ describe.each(['http/protobuf', 'http/json'] as const)('OTLP over %s', (protocol
     const tool = only(otlp.trace(agent.traceId), 'tools/call list_webhooks')
     expect(tool).toMatchObject({ kind: SPAN_KIND.server, parentSpanId: agent.spanId })
     expect(tool.attributes).toMatchObject({ 'mcp.method.name': 'tools/call', 'gen_ai.tool.name': 'list_webhooks', 'gen_ai.operation.name': 'execute_tool', 'jsonrpc.request.id': '7', 'mcp.protocol.version': '2026-07-28' })
+
+    // The official 2.x client, its trace context put in _meta under the SDK's own key.
+    const sdk = clientSpan()
+    const client = new Client({ name: 'traced-sdk-agent', version: '2.0.0' })
+    await client.connect(new StreamableHTTPClientTransport(new URL(mcpUrl), { requestInit: { headers: { authorization: `Bearer ${token}` } } }))
+    await client.callTool({ name: 'list_webhooks', arguments: {}, _meta: { [TRACEPARENT_META_KEY]: sdk.traceparent } })
+    await client.close()
+    await otlp.waitFor(() => byName(otlp.trace(sdk.traceId), 'tools/call list_webhooks').length === 1)
+    expect(only(otlp.trace(sdk.traceId), 'tools/call list_webhooks').parentSpanId).toBe(sdk.spanId)
 
     const http = clientSpan()
     expect((await call({}, { traceparent: http.traceparent })).status).toBe(200)
