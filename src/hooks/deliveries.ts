@@ -166,17 +166,40 @@ function requireActive(hookId: string, status: string): void {
 export async function retryDelivery(deps: Pick<DeliveryOperationDeps, 'db' | 'deliveriesQueued'>, accountId: string, deliveryId: string, hookId?: string): Promise<DeliveryResource> {
   const found = await findDelivery(deps.db, accountId, deliveryId, hookId)
   requireActive(found.hook_id, found.hook_status)
-  await deps.db.execute(sql`with requeued as (
-      update deliveries set status = 'pending', next_attempt_at = now() where id = ${found.id} returning hook_id
-    )
-    ${markDue(sql`select hook_id from requeued`)}`)
+  // First in its subscription's queue (the claim takes the earliest next_attempt_at), so it is not
+  // sent after a backlog of retries waiting for the receiver.
+  const [requeued] = await queryRows<{ next_attempt_at: string }>(
+    deps.db,
+    sql`with requeued as (
+          update deliveries set status = 'pending',
+            next_attempt_at = least(now(), (select min(x.next_attempt_at) from deliveries x where x.hook_id = ${found.hook_id} and x.status = 'pending') - interval '1 millisecond')
+          where id = ${found.id}
+          returning hook_id, next_attempt_at
+        ),
+        ${probeNow(sql`select hook_id from requeued`)},
+        queued as (
+          ${markDue(sql`select hook_id from requeued`)}
+        )
+        select next_attempt_at::text from requeued`,
+  )
   deps.deliveriesQueued()
-  return toDeliveryResource({ ...found, status: 'pending', next_attempt_at: new Date() })
+  return toDeliveryResource({ ...found, status: 'pending', next_attempt_at: new Date(requeued?.next_attempt_at ?? Date.now()) })
 }
 
 // Delivery ids begin with their event's time (src/messages/outbox.ts): a bound on the id lets the
 // index skip older deliveries. A minute of slack covers the event being made before its deliveries.
 const ID_SLACK_MS = 60_000
+
+/**
+ * A member of a `WITH`: the open circuits of these subscriptions let a probe through now rather
+ * than at their next probe time (docs/webhooks.md#when-an-endpoint-keeps-failing), so what the
+ * owner asked to send again goes out at once, as the probe; its answer opens or closes the
+ * circuit as any probe's does.
+ */
+const probeNow = (hookIds: SQL): SQL => sql`probe_now as (
+  update hooks h set circuit_probe_at = now()
+  where h.id in (${hookIds}) and h.circuit_opened_at is not null and h.circuit_probe_at > now()
+)`
 
 /**
  * Puts every failed or canceled delivery of a subscription created at or after `since` back in
@@ -196,6 +219,7 @@ export async function recoverDeliveries(deps: Pick<DeliveryOperationDeps, 'db' |
             and d.status in ('failed', 'canceled') and e.id = d.event_id and not e.test
           returning d.id, d.hook_id
         ),
+        ${probeNow(sql`select hook_id from requeued`)},
         queued as (
           ${markDue(sql`select hook_id from requeued`)}
         )

@@ -1,6 +1,7 @@
 import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { Webhook } from 'standardwebhooks'
 import { Value } from '@sinclair/typebox/value'
+import { sql } from 'drizzle-orm'
 import { EventSchema } from '../../src/messages/schemas.ts'
 import { startTestServer } from '../support/server.ts'
 import { startReceiver } from '../support/receiver.ts'
@@ -212,6 +213,37 @@ describe('POST …/deliveries/{delivery_id}/retry', () => {
     expect((await call(alice, 'POST', `/deliveries/${failed.id}/retry`)).status).toBe(202)
     const [succeeded] = await deliveriesWhen(alice, hook.id, (rows) => rows[0]?.state === 'succeeded')
     expect(succeeded).toMatchObject({ id: failed.id, attempts: 2, last_attempt: { status_code: 200 } })
+  })
+
+  test('while the circuit is open, a retry goes out at once as the probe, ahead of the backlog; a recover too', async () => {
+    const owner = await server.createAccountWithKey('Probing')
+    const opened = async (path: string) => {
+      const hook = await subscribe(owner, path)
+      for (const text of ['one', 'two', 'three']) await inbound(owner, `${path} ${text}`)
+      await deliveriesWhen(owner, hook.id, (rows) => rows.length === 3 && rows.every((row) => row.state === 'failed'))
+      expect((await json(await call(owner, 'GET', `/hooks/${hook.id}`))).circuit.state).not.toBe('closed')
+      // A backlog waits behind the open circuit, and the next probe is an hour away, as after a long outage.
+      await inbound(owner, `${path} waiting`)
+      await server.database.handle.db.execute(sql`update hooks set circuit_probe_at = now() + interval '1 hour' where id = ${hook.id}`)
+      up.add(path)
+      return hook
+    }
+    const bodyOf = (request: { body: string }) => JSON.parse(request.body).data.message.body as string
+
+    const retried = await opened('/down-probe-retry')
+    const sentBefore = onPath('/down-probe-retry').length
+    const first = (await listOf(owner, retried.id, '&state=failed')).at(-1)
+    expect((await call(owner, 'POST', `/deliveries/${first.id}/retry`)).status).toBe(202)
+    await receiver.waitFor(() => onPath('/down-probe-retry').length > sentBefore, 3_000)
+    // The retried delivery was the probe, not the backlog's head; its answer closed the circuit, and the backlog followed.
+    expect(bodyOf(onPath('/down-probe-retry')[sentBefore]!)).toBe('/down-probe-retry one')
+    await receiver.waitFor(() => onPath('/down-probe-retry').some((request) => bodyOf(request) === '/down-probe-retry waiting'), 3_000)
+    expect((await json(await call(owner, 'GET', `/hooks/${retried.id}`))).circuit.state).toBe('closed')
+
+    const recovered = await opened('/down-probe-recover')
+    const before = onPath('/down-probe-recover').length
+    expect(await json(await call(owner, 'POST', `/hooks/${recovered.id}/recover`, { since: new Date(Date.now() - 60_000).toISOString() }))).toEqual({ requeued: 3 })
+    await receiver.waitFor(() => onPath('/down-probe-recover').length >= before + 4, 5_000)
   })
 
   test('a paused or disabled subscription is 409 subscription_not_active, and nothing is sent', async () => {
