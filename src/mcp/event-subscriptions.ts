@@ -7,7 +7,7 @@ import { isId } from '../lib/db/ids.ts'
 import { describeError, type Logger } from '../lib/runtime/logger.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
 import { startPeriodicSweep } from '../lib/runtime/sweep.ts'
-import { createConcurrencyLimit, type ConcurrencyLimit } from '../lib/runtime/concurrency.ts'
+import { createConcurrencyLimit } from '../lib/runtime/concurrency.ts'
 import { circuitState } from '../delivery/circuit.ts'
 import { sendWebhook, type SendOptions } from '../delivery/send.ts'
 import { EVENT_TYPES } from '../messages/event-types.ts'
@@ -89,8 +89,8 @@ export interface EventSubscriptionSweepDeps {
   secretBox: SecretBox
   send: Pick<SendOptions, 'timeoutMs' | 'allowPrivate' | 'ca'>
   logger: Logger
-  /** Where envelopes queue for their turn: one per instance (startEventSubscriptionSweep), so sweeps share the bound. */
-  envelopes: ConcurrencyLimit
+  /** Runs an envelope's sending when its turn comes: one queue per instance (startEventSubscriptionSweep), so sweeps share the bound. */
+  envelopes(send: () => Promise<void>): Promise<void>
 }
 
 /**
@@ -140,10 +140,17 @@ export async function sweepEventSubscriptions(deps: EventSubscriptionSweepDeps):
   return { removed, sending }
 }
 
-/** Sweeps every 2 s; stopping waits for the sweep under way and for the envelopes still being sent. */
+/**
+ * Sweeps every 2 s; stopping waits for the sweep under way and for the envelopes being sent. Those
+ * still waiting for their turn are not sent: a mass revocation must not hold a shutdown for
+ * minutes, and a receiver that missed its envelope learns the end at its next refresh, as one that
+ * was down does (docs/mcp.md#events).
+ */
 export function startEventSubscriptionSweep(deps: Omit<EventSubscriptionSweepDeps, 'envelopes'>): { stop(): Promise<void> } {
   const sending = new Set<Promise<void>>()
-  const envelopes = createConcurrencyLimit(TERMINATED_ENVELOPES_IN_FLIGHT)
+  const limit = createConcurrencyLimit(TERMINATED_ENVELOPES_IN_FLIGHT)
+  let stopping = false
+  const envelopes = (send: () => Promise<void>) => limit(() => (stopping ? Promise.resolve() : send()))
   const sweep = startPeriodicSweep({
     sweep: async () => {
       const run = await sweepEventSubscriptions({ ...deps, envelopes })
@@ -156,6 +163,7 @@ export function startEventSubscriptionSweep(deps: Omit<EventSubscriptionSweepDep
   })
   return {
     async stop() {
+      stopping = true
       await sweep.stop()
       await Promise.all(sending)
     },

@@ -158,7 +158,7 @@ export async function subscribe(deps: ToolDeps, caller: Caller, rawParams: unkno
     // Checked before the verification POST as well as after it: a grant that may not subscribe
     // never makes the service call out (docs/security.md, "Limits").
     await checkRoomToSubscribe(deps.db, deps.hooksPerAccount, caller.accountId, grantId)
-    await verifyCallback(deps, { grantId, id, url, secret })
+    await verifyCallback(deps, { accountId: caller.accountId, grantId, id, url, secret })
   }
   const contacts = args[FILTER_KEYS[type]] as string[] | undefined
   try {
@@ -262,8 +262,12 @@ function failureCategory(status: number | null, error: string | null): string {
   return 'connection_refused'
 }
 
-/** docs/mcp.md#events: failed callback verifications one grant may have in an hour; past them, subscribing to a new URL waits. */
-export const FAILED_VERIFICATIONS_PER_GRANT = { limit: 10, windowSeconds: 3_600 } as const
+/**
+ * docs/mcp.md#events: failed callback verifications one grant, and all the grants of one account
+ * together (an agent that signs in again gets a new grant), may have in an hour; past them,
+ * subscribing to a new URL waits.
+ */
+export const FAILED_VERIFICATIONS = { perGrant: 10, perAccount: 30, windowSeconds: 3_600 } as const
 
 /**
  * Whether a 2xx body answers the challenge: `{"challenge": "<it>"}`. A body that carries the
@@ -286,19 +290,25 @@ function answersChallenge(body: string, challenge: string): boolean {
  * The extension's endpoint verification: a signed `verification` envelope with a single-use
  * challenge, POSTed through the outbound guard like any delivery; the receiver proves it wants
  * these deliveries by answering the challenge in a 2xx body. Anything else is
- * CallbackEndpointError. A grant has FAILED_VERIFICATIONS_PER_GRANT failures an hour, counted
+ * CallbackEndpointError. A grant and an account have FAILED_VERIFICATIONS failures an hour, counted
  * before the POST (so concurrent calls cannot pass the bound) and given back when it verifies: an
  * agent cannot make the service probe address after address.
  */
-async function verifyCallback(deps: ToolDeps, input: { grantId: string; id: string; url: string; secret: string }): Promise<void> {
-  const hits = await countHits(deps.db, [`mcp-verification:${input.grantId}`], FAILED_VERIFICATIONS_PER_GRANT.windowSeconds)
-  const hit = [...hits.values()][0]!
-  if (hit.count > FAILED_VERIFICATIONS_PER_GRANT.limit) {
-    await releaseHits(deps.db, [hit])
+async function verifyCallback(deps: ToolDeps, input: { accountId: string; grantId: string; id: string; url: string; secret: string }): Promise<void> {
+  const grantKey = `mcp-verification:${input.grantId}`
+  const accountKey = `mcp-verification-account:${input.accountId}`
+  const hits = await countHits(deps.db, [grantKey, accountKey], FAILED_VERIFICATIONS.windowSeconds)
+  const counted = [...hits.values()]
+  const over = [
+    { hit: hits.get(grantKey)!, max: FAILED_VERIFICATIONS.perGrant, whose: "This agent's callbacks" },
+    { hit: hits.get(accountKey)!, max: FAILED_VERIFICATIONS.perAccount, whose: "This account's agents' callbacks" },
+  ].find(({ hit, max }) => hit.count > max)
+  if (over) {
+    await releaseHits(deps.db, counted)
     throw eventError(
       EVENT_ERRORS.ResourceExhausted,
-      `This agent's callbacks failed verification ${FAILED_VERIFICATIONS_PER_GRANT.limit} times within the hour: try a new callback URL again in ${hit.retryAfterSeconds} s.`,
-      { limit: 'verifications', max: FAILED_VERIFICATIONS_PER_GRANT.limit, retryAfterMs: hit.retryAfterSeconds * 1_000 },
+      `${over.whose} failed verification ${over.max} times within the hour: try a new callback URL again in ${over.hit.retryAfterSeconds} s.`,
+      { limit: 'verifications', max: over.max, retryAfterMs: over.hit.retryAfterSeconds * 1_000 },
     )
   }
   const challenge = newSecret('')
@@ -308,7 +318,7 @@ async function verifyCallback(deps: ToolDeps, input: { grantId: string; id: stri
     send,
   )
   if (result.ok && answersChallenge(result.responseSnippet, challenge)) {
-    await releaseHits(deps.db, [hit])
+    await releaseHits(deps.db, counted)
     return
   }
   const reason = failureCategory(result.status, result.error)

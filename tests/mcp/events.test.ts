@@ -14,7 +14,7 @@ import { makeCertificates } from '../../fixtures/tls.ts'
 import { startTestServer } from '../support/server.ts'
 import { flowFixture, type Fixture } from '../oauth/support.ts'
 import { connectWithToken, modernRequest, tokenFor } from '../support/mcp.ts'
-import { FAILED_VERIFICATIONS_PER_GRANT, SUBSCRIPTIONS_PER_GRANT, grantedTtlMs, SUBSCRIPTION_TTL_MS } from '../../src/mcp/events.ts'
+import { FAILED_VERIFICATIONS, SUBSCRIPTIONS_PER_GRANT, grantedTtlMs, SUBSCRIPTION_TTL_MS } from '../../src/mcp/events.ts'
 import { TERMINATED_ENVELOPES_IN_FLIGHT } from '../../src/mcp/event-subscriptions.ts'
 import { NEXT_POLL_MS, POLL_SCAN, pollCost, pollEvents } from '../../src/mcp/event-poll.ts'
 import { createRequestRateLimiter } from '../../src/auth/request-rate-limit.ts'
@@ -342,28 +342,38 @@ describe('events over raw 2026-07-28 JSON-RPC', () => {
     expect(revokedProbe.bodies).toEqual([])
   })
 
-  test(`failed verifications are bounded per grant (${FAILED_VERIFICATIONS_PER_GRANT.limit} an hour): past them no POST goes out; a callback that verifies does not count`, async () => {
+  test(`failed verifications are bounded per grant (${FAILED_VERIFICATIONS.perGrant} an hour) and per account (${FAILED_VERIFICATIONS.perAccount}): past them no POST goes out; a callback that verifies does not count`, async () => {
     const fixture = await newFixture()
     const token = await eventsToken(fixture)
     const good = echoingCallback('/verifies-between-failures')
     expect((await rpc(token, 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: good.url, secret: secret() } })).body.result?.id).toMatch(/^evs_/)
     let probes = 0
-    for (let i = 0; i < FAILED_VERIFICATIONS_PER_GRANT.limit; i++) {
-      callbacks.handlers.set(`/probe-${i}`, () => {
-        probes++
-        return new Response('no', { status: 404 })
-      })
-      const failed = await rpc(token, 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: `${callbacks.origin}/probe-${i}`, secret: secret() } })
-      expect(failed.body.error).toMatchObject({ code: -32027, data: { reason: 'http_4xx' } })
+    const failVerifications = async (grantToken: string, count: number) => {
+      for (let i = 0; i < count; i++) {
+        const path = `/probe-${probes}`
+        callbacks.handlers.set(path, () => {
+          probes++
+          return new Response('no', { status: 404 })
+        })
+        const failed = await rpc(grantToken, 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: `${callbacks.origin}${path}`, secret: secret() } })
+        expect(failed.body.error).toMatchObject({ code: -32027, data: { reason: 'http_4xx' } })
+      }
     }
-    expect(probes).toBe(FAILED_VERIFICATIONS_PER_GRANT.limit)
+    await failVerifications(token, FAILED_VERIFICATIONS.perGrant)
+    expect(probes).toBe(FAILED_VERIFICATIONS.perGrant)
     const unsent = echoingCallback('/after-too-many-failures')
     const refused = await rpc(token, 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: unsent.url, secret: secret() } })
-    expect(refused.body.error).toMatchObject({ code: -32025, data: { limit: 'verifications', max: FAILED_VERIFICATIONS_PER_GRANT.limit, retryAfterMs: expect.any(Number) } })
+    expect(refused.body.error).toMatchObject({ code: -32025, data: { limit: 'verifications', max: FAILED_VERIFICATIONS.perGrant, retryAfterMs: expect.any(Number) } })
     expect(unsent.bodies).toEqual([])
-    // Another grant (the same user signing in again) has its own count.
+    // Another grant (the same user signing in again) has room of its own, within the account's.
     const fresh = await rpc(await eventsToken(fixture), 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: unsent.url, secret: secret() } })
     expect(fresh.body.result?.id).toMatch(/^evs_/)
+    for (let grant = 1; grant < FAILED_VERIFICATIONS.perAccount / FAILED_VERIFICATIONS.perGrant; grant++) await failVerifications(await eventsToken(fixture), FAILED_VERIFICATIONS.perGrant)
+    expect(probes).toBe(FAILED_VERIFICATIONS.perAccount)
+    const another = echoingCallback('/after-the-account-failed-too-often')
+    const accountRefused = await rpc(await eventsToken(fixture), 'events/subscribe', { name: 'message.inbound', delivery: { mode: 'webhook', url: another.url, secret: secret() } })
+    expect(accountRefused.body.error).toMatchObject({ code: -32025, data: { limit: 'verifications', max: FAILED_VERIFICATIONS.perAccount } })
+    expect(another.bodies).toEqual([])
   })
 
   test('grantedTtlMs: the suggestion within bounds; none is the default; null (no expiry) is the longest finite grant', () => {

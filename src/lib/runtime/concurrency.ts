@@ -4,13 +4,15 @@ export type ConcurrencyLimit = <T>(task: () => Promise<T>) => Promise<T>
 export function createConcurrencyLimit(max: number): ConcurrencyLimit {
   let running = 0
   const waiting: (() => void)[] = []
+  // A task that ends hands its place to the first waiting one, so a task arriving meanwhile cannot take it.
   const release = () => {
-    running--
-    waiting.shift()?.()
+    const next = waiting.shift()
+    if (next) next()
+    else running--
   }
   return async <T>(task: () => Promise<T>): Promise<T> => {
-    if (running >= max) await new Promise<void>((resolve) => waiting.push(resolve))
-    running++
+    if (running < max) running++
+    else await new Promise<void>((resolve) => waiting.push(resolve))
     try {
       return await task()
     } finally {

@@ -21,3 +21,32 @@ test('at most `max` tasks run at once, the others start in the order they came a
   expect(results.map((result) => result.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled', 'fulfilled', 'rejected', 'fulfilled', 'fulfilled', 'fulfilled', 'fulfilled', 'fulfilled'])
   expect(await limit(async () => 'after')).toBe('after')
 })
+
+test('a task that arrives as another ends waits behind the ones already waiting: the place is handed over, never taken twice', async () => {
+  const limit = createConcurrencyLimit(1)
+  const order: string[] = []
+  let running = 0
+  let most = 0
+  const task = (name: string) => async () => {
+    running++
+    most = Math.max(most, running)
+    order.push(name)
+    await Bun.sleep(2)
+    running--
+  }
+  let finishFirst!: () => void
+  const first = limit(() => {
+    order.push('first')
+    return new Promise<void>((resolve) => (finishFirst = resolve))
+  })
+  const second = limit(task('second'))
+  let third: Promise<void> | undefined
+  // The first ends, and a third arrives in the very next turn: before the second has started in the place it was given.
+  finishFirst()
+  queueMicrotask(() => (third = limit(task('third'))))
+  await first
+  await second
+  await third
+  expect(order).toEqual(['first', 'second', 'third'])
+  expect(most).toBe(1)
+})
