@@ -8,7 +8,9 @@ import { closeToOthers } from './lib/security/file-modes.ts'
 import { accounts } from './lib/db/schema.ts'
 import { startInvalidationFeed } from './lib/cache/invalidation-feed.ts'
 import { createLogger, type Logger } from './lib/runtime/logger.ts'
-import { SERVICE_INSTRUMENTATION, startTracing, tracedLogger } from './lib/runtime/tracing.ts'
+import { startTracing, tracedLogger } from './lib/runtime/tracing.ts'
+import { startPeriodicSweep } from './lib/runtime/sweep.ts'
+import { deleteStaleHits } from './lib/db/rate-limits.ts'
 import { traceRequests } from './lib/http/request-tracing.ts'
 import { requestHandler, type FetchHandler } from './lib/http/foundation.ts'
 import { createApp, type App } from './app.ts'
@@ -94,7 +96,7 @@ export async function createInstance(options: {
 }): Promise<Instance> {
   const { config, handle } = options
   // docs/operations.md#traces: off unless an OTLP endpoint is set; then log lines written inside a span name it.
-  const tracing = config.tracing ? startTracing(config.tracing, SERVICE_INSTRUMENTATION) : undefined
+  const tracing = config.tracing ? startTracing(config.tracing, { warn: (message) => options.logger.warn('OpenTelemetry', { error: message }) }) : undefined
   const logger = tracing ? tracedLogger(options.logger) : options.logger
   await ensureDashboardClient(handle.db, config.publicUrl)
   const keyCache = newApiKeyCache()
@@ -160,6 +162,7 @@ export async function createInstance(options: {
   const eventRetention = startEventRetention({ db: handle.db, retentionDays: config.eventRetentionDays, logger })
   const eventSubscriptionSweep = startEventSubscriptionSweep({ db: handle.db, secretBox, send: { timeoutMs: config.webhookTimeoutMs, allowPrivate: config.webhookAllowPrivateTargets, ca: config.webhookCaPem }, logger })
   const queuedCatchUp = startQueuedCatchUp(messaging)
+  const staleHits = startPeriodicSweep({ sweep: () => deleteStaleHits(handle.db), intervalMs: 3_600_000, logger, failure: 'deleting stale rate-limit counters failed' })
   const logged = requestHandler(app, logger, { publicUrl: config.publicUrl, trustedProxies: config.trustedProxies })
   const handler = tracing ? traceRequests(logged, { tracing, routes: app.routes }) : logged
   return {
@@ -176,6 +179,7 @@ export async function createInstance(options: {
       await eventRetention.stop()
       await eventSubscriptionSweep.stop()
       await queuedCatchUp.stop()
+      await staleHits.stop()
       await worker?.stop()
       await tracing?.shutdown()
     },

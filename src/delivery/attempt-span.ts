@@ -50,7 +50,9 @@ export async function traceAttempt(
     if (result.status !== null) span!.setAttribute('http.response.status_code', result.status)
     if (!result.ok) {
       span!.setAttribute('error.type', errorTypeOf(result))
-      span!.setStatus({ code: SpanStatusCode.ERROR, ...(result.error ? { message: result.error } : {}) })
+      // An answer's own description (a redirect's Location, say) may hold the receiver's secret: the status
+      // code says enough. Without an answer the error is ours (connection refused, timed out).
+      span!.setStatus({ code: SpanStatusCode.ERROR, ...(result.status === null && result.error ? { message: result.error } : {}) })
     }
     const { traceId, spanId } = span!.spanContext()
     return { result, trace: { trace_id: traceId, span_id: spanId } }

@@ -87,7 +87,7 @@ function secretOpener(box: SecretBox) {
 
 async function start(settings: WorkerSettings) {
   const openSecret = secretOpener(await createSecretBox(settings.encryptionKey))
-  tracing = settings.tracing ? startTracing(settings.tracing) : undefined
+  tracing = settings.tracing ? startTracing(settings.tracing, { warn: (message) => log('warn', 'OpenTelemetry', { error: message }) }) : undefined
   // Each attempt's span, for its log line (written when the dispatcher reports the attempt).
   const attemptTraces = new Map<ClaimedDelivery, AttemptTraceFields>()
   const wake = () => dispatcher?.wake()

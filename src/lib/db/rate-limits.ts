@@ -114,3 +114,15 @@ function toState(count: number, retryAfter: number, window: RateLimitWindow, cou
     retryAfterSeconds: Math.max(1, Math.ceil(retryAfter)),
   }
 }
+
+/** The longest window any limit counts in (registrations, failed verifications: an hour), with room to spare. */
+const STALE_AFTER_SECONDS = 86_400
+
+/**
+ * Deletes counters whose window ended long ago: they hold nothing a limit reads again (an expired
+ * window restarts at the next hit), and a row is left per email, address and grant ever counted.
+ */
+export async function deleteStaleHits(db: Database): Promise<number> {
+  const rows = await queryRows<{ key: string }>(db, sql`delete from rate_limits where window_started_at < now() - make_interval(secs => ${STALE_AFTER_SECONDS}) returning key`)
+  return rows.length
+}

@@ -50,7 +50,19 @@ export function traceRequests(handler: FetchHandler, options: { tracing: Tracing
       span.end()
       return response
     }
-    const answered = context.with(trace.setSpan(parent, span), () => handler(request, clientAddress))
-    return answered instanceof Promise ? answered.then(finish) : finish(answered)
+    // The request handler answers every failure itself (a 500 problem); a throw reaching here still ends the span.
+    const failed = (error: unknown): never => {
+      span.setAttribute('error.type', error instanceof Error ? error.name : 'Error')
+      span.setStatus({ code: SpanStatusCode.ERROR })
+      span.end()
+      throw error
+    }
+    let answered: Response | Promise<Response>
+    try {
+      answered = context.with(trace.setSpan(parent, span), () => handler(request, clientAddress))
+    } catch (error) {
+      return failed(error)
+    }
+    return answered instanceof Promise ? answered.then(finish, failed) : finish(answered)
   }
 }

@@ -29,20 +29,17 @@ export class TracingSettingsError extends Error {}
 function keyValues(variable: string, raw: string | undefined): Record<string, string> {
   const pairs: Record<string, string> = {}
   if (!raw?.trim()) return pairs
-  for (const part of raw.split(',')) {
-    if (!part.trim()) continue
+  // A refusal names the pair by its place, never by its text: a header's value is an API key.
+  raw.split(',').forEach((part, index) => {
+    if (!part.trim()) return
     const at = part.indexOf('=')
-    let key = ''
-    let value = ''
+    if (at < 1 || !part.slice(0, at).trim()) throw new TracingSettingsError(`${variable}: pair ${index + 1} is not key=value`)
     try {
-      key = decodeURIComponent(part.slice(0, at).trim())
-      value = decodeURIComponent(part.slice(at + 1).trim())
+      pairs[decodeURIComponent(part.slice(0, at).trim())] = decodeURIComponent(part.slice(at + 1).trim())
     } catch {
-      throw new TracingSettingsError(`${variable}: ${JSON.stringify(part.slice(0, 100))} is not percent-encoded`)
+      throw new TracingSettingsError(`${variable}: pair ${index + 1} is not percent-encoded`)
     }
-    if (at < 1 || !key) throw new TracingSettingsError(`${variable}: ${JSON.stringify(part.slice(0, 100))} is not key=value`)
-    pairs[key] = value
-  }
+  })
   return pairs
 }
 

@@ -1,4 +1,4 @@
-import { context, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span, type TextMapGetter, type Tracer } from '@opentelemetry/api'
+import { context, diag, DiagLogLevel, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span, type TextMapGetter, type Tracer } from '@opentelemetry/api'
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
 import { W3CTraceContextPropagator } from '@opentelemetry/core'
 import { OTLPTraceExporter as JsonTraceExporter } from '@opentelemetry/exporter-trace-otlp-http'
@@ -53,9 +53,19 @@ function samplerOf(settings: TracingSettings['sampler']): Sampler {
   }
 }
 
-export function startTracing(settings: TracingSettings, instrumentationName = SERVICE_INSTRUMENTATION): Tracing {
+/**
+ * `warn`: where the SDK's own warnings and errors go (an export refused or timed out, spans dropped
+ * from a full queue), so that a wrong endpoint or key shows in the logs. Process-wide, as the
+ * SDK's diagnostics are: the first thread's tracing to start sets it.
+ */
+export function startTracing(settings: TracingSettings, options: { instrumentationName?: string; warn?(message: string): void } = {}): Tracing {
   if (!contextManagerSet) {
     contextManagerSet = context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable())
+    const warn = options.warn
+    if (warn) {
+      const write = (message: string, ...args: unknown[]) => warn([message, ...args.map((arg) => (arg instanceof Error ? arg.message : String(arg)))].join(' ').slice(0, 1_000))
+      diag.setLogger({ error: write, warn: write, info: () => {}, debug: () => {}, verbose: () => {} }, DiagLogLevel.WARN)
+    }
   }
   const Exporter = settings.protocol === 'http/json' ? JsonTraceExporter : ProtobufTraceExporter
   const provider = new TracerProvider({
@@ -64,7 +74,7 @@ export function startTracing(settings: TracingSettings, instrumentationName = SE
     spanProcessors: [new BatchSpanProcessor({ exporter: new Exporter({ url: settings.url, headers: settings.headers }), ...settings.batch })],
   })
   return {
-    tracer: provider.getTracer(instrumentationName),
+    tracer: provider.getTracer(options.instrumentationName ?? SERVICE_INSTRUMENTATION),
     contextFrom: (carrier, base = ROOT_CONTEXT) => (carrier.traceparent ? propagator.extract(base, carrier, carrierGetter) : base),
     traceparentOf(span) {
       const { traceId, spanId, traceFlags } = span.spanContext()

@@ -1,5 +1,7 @@
 import { afterAll, expect, test } from 'bun:test'
-import { clearHits, countHit, countHits, peekHits, releaseHits } from '../../../src/lib/db/rate-limits.ts'
+import { sql } from 'drizzle-orm'
+import { clearHits, countHit, countHits, deleteStaleHits, peekHits, releaseHits } from '../../../src/lib/db/rate-limits.ts'
+import { queryRows } from '../../../src/lib/db/client.ts'
 import { createTestDatabase } from '../../support/database.ts'
 
 const database = await createTestDatabase()
@@ -55,4 +57,12 @@ test('released hits are given back, concurrently too; a window restarted since k
   await countHits(db, ['test:release:c'], 1)
   await releaseHits(db, [old!])
   expect((await peekHits(db, 'test:release:c', { limit: 10, windowSeconds: 1 })).count).toBe(1)
+})
+
+test('deleteStaleHits removes counters whose window started over a day ago, and only those', async () => {
+  await countHits(db, ['test:stale:old', 'test:stale:recent'], 3600)
+  await db.execute(sql`update rate_limits set window_started_at = now() - interval '25 hours' where key = 'test:stale:old'`)
+  expect(await deleteStaleHits(db)).toBeGreaterThanOrEqual(1)
+  const left = await queryRows<{ key: string }>(db, sql`select key from rate_limits where key like 'test:stale:%' order by key`)
+  expect(left.map((row) => row.key)).toEqual(['test:stale:recent'])
 })

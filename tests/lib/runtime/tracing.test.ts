@@ -14,8 +14,12 @@ import { Client, StreamableHTTPClientTransport, TRACEPARENT_META_KEY } from '@mo
 setDefaultTimeout(120_000)
 
 const otlp = startOtlpReceiver()
-// /flaky-* fails its first attempt and takes the next.
-const receiver = startReceiver((request, nth) => (request.path.startsWith('/flaky') && nth === 1 ? new Response('try again', { status: 500 }) : new Response(null, { status: 204 })))
+// /flaky-* fails its first attempt and takes the next; /moved redirects (never followed) to a URL that holds a token of the receiver's.
+const receiverToken = randomBytes(20).toString('hex')
+const receiver = startReceiver((request, nth) => {
+  if (request.path === '/moved') return new Response(null, { status: 302, headers: { location: `https://elsewhere.example/hooks/${receiverToken}?token=${receiverToken}` } })
+  return request.path.startsWith('/flaky') && nth === 1 ? new Response('try again', { status: 500 }) : new Response(null, { status: 204 })
+})
 const tracingEnv = (protocol: 'http/protobuf' | 'http/json') => ({
   OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint,
   OTEL_EXPORTER_OTLP_PROTOCOL: protocol,
@@ -256,6 +260,12 @@ test('no secret of a whole run (sign-in, OAuth, keys, hooks, messages, MCP) reac
   })
   expect(hook.status).toBe(201)
   const hookId = ((await hook.json()) as { id: string }).id
+  const moved = await server.fetch(`/v0/account/${fixture.accountId}/hooks?key=${keySecret}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ event: 'message.delivered', target_url: `${receiver.origin}/moved` }),
+  })
+  const movedId = ((await moved.json()) as { id: string }).id
   const body = `confidential ${randomBytes(12).toString('hex')}`
   expect((await sendMessage(server.origin, fixture.accountId, fixture.apiKey, body)).status).toBe(202)
   const tool = await fetch(mcpUrl, {
@@ -269,9 +279,23 @@ test('no secret of a whole run (sign-in, OAuth, keys, hooks, messages, MCP) reac
   expect(revoked.status).toBe(200)
   await otlp.waitFor((spans) => spans.some((span) => span.name === 'POST /v0/auth/revoke'))
   await otlp.waitFor((spans) => spans.some((span) => span.name === 'POST' && span.attributes['app.subscription.id'] === hookId))
+  await otlp.waitFor((spans) => spans.some((span) => span.name === 'POST' && span.attributes['app.subscription.id'] === movedId && span.attributes['http.response.status_code'] === 302))
   const exported = otlp.rawBodies.slice(before).join('\n')
   expect(exported).toContain('POST /v0/auth/token')
-  for (const secret of [fixture.apiKey, keySecret, fixture.password, idToken, code, verifier, tokens.access_token, tokens.refresh_token, pair.access_token, pair.refresh_token, hookSecret, hookSecret.slice(6), body]) {
+  for (const secret of [fixture.apiKey, keySecret, fixture.password, idToken, code, verifier, tokens.access_token, tokens.refresh_token, pair.access_token, pair.refresh_token, hookSecret, hookSecret.slice(6), body, receiverToken]) {
     expect(exported).not.toContain(secret)
   }
+})
+
+test('an endpoint that does not answer is said in the log: a warning line, with no secret of the exporter’s headers', async () => {
+  const env = { DATA_DIR: freshDataDir(), OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9', OTEL_EXPORTER_OTLP_HEADERS: 'x-api-key=otlp-sekrit-value', OTEL_BSP_SCHEDULE_DELAY: '50' }
+  const server = await startServerProcess(['bun', 'src/main.ts'], env)
+  try {
+    await server.waitForOutput('"msg":"OpenTelemetry"', 15_000)
+  } finally {
+    await server.stop()
+  }
+  const warning = server.output().split('\n').find((line) => line.includes('"msg":"OpenTelemetry"'))!
+  expect(JSON.parse(warning)).toMatchObject({ level: 'warn', error: expect.any(String) })
+  expect(server.output()).not.toContain('otlp-sekrit-value')
 })
