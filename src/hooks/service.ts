@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { and, count, desc, eq, isNull, lt, sql } from 'drizzle-orm'
+import { and, count, desc, eq, isNull, lt, sql, type SQL } from 'drizzle-orm'
 import type { PgUpdateSetSource } from 'drizzle-orm/pg-core'
 import type { Static } from 'elysia'
 import { circuitState } from '../delivery/circuit.ts'
@@ -194,11 +194,23 @@ export async function getHook(db: Database, accountId: string, hookId: string): 
 
 export async function deleteHook(db: Database, accountId: string, hookId: string): Promise<void> {
   if (!isId('hook', hookId)) throw noSuchHook(hookId)
-  const deleted = await db
-    .delete(hooks)
-    .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
-    .returning({ id: hooks.id })
+  const deleted = await deleteSubscriptionRows(db, and(eq(hooks.id, hookId), eq(hooks.accountId, accountId))!)
   if (deleted.length === 0) throw noSuchHook(hookId)
+}
+
+/**
+ * Deletes the subscriptions `where` picks (their deliveries, attempts and queue rows cascade), taking
+ * their rows in the order recording an attempt does (src/delivery/store.ts): the deliveries in flight
+ * first, then the subscription. In the other order a recording that holds a delivery and reads the
+ * subscription's row (the attempt's foreign key) waits for the delete, which waits for that delivery:
+ * a deadlock, which PostgreSQL ends by failing one of the two.
+ */
+export async function deleteSubscriptionRows(db: Database, where: SQL): Promise<{ id: string }[]> {
+  return db.transaction(async (tx) => {
+    await tx.execute(sql`select deliveries.id from deliveries join hooks on hooks.id = deliveries.hook_id
+      where ${where} and deliveries.leased_until is not null order by deliveries.id for update of deliveries`)
+    return tx.delete(hooks).where(where).returning({ id: hooks.id })
+  })
 }
 
 /** How long deliveries keep being signed with the secret a rotation replaced. */

@@ -16,7 +16,7 @@ import { EventSchema } from '../messages/schemas.ts'
 import { plainJsonSchema } from '../hooks/event-catalog.ts'
 import { EVENT_DESCRIPTIONS, EVENT_TYPES, FILTER_KEYS, type EventType } from '../messages/event-types.ts'
 import { ContactList } from '../hooks/schemas.ts'
-import { checkSigningSecret, checkTargetUrl } from '../hooks/service.ts'
+import { checkSigningSecret, checkTargetUrl, deleteSubscriptionRows } from '../hooks/service.ts'
 import { CONTROL_MESSAGE_TIMEOUT_MS, controlMessageId, EVENT_ERRORS, SUBSCRIPTION_ID_HEADER, verificationBody } from '../delivery/event-wire.ts'
 import type { ToolDeps } from './tools.ts'
 
@@ -335,10 +335,7 @@ export async function unsubscribe(deps: ToolDeps, caller: Caller, rawParams: unk
   const args = parse(eventArgumentsSchema(type), params.arguments ?? {}, '/arguments')
   const url = asInvalidParams(() => checkTargetUrl(params.delivery.url, deps), '/delivery/url')
   const id = subscriptionIdOf(grantId, url, type, args)
-  const deleted = await deps.db
-    .delete(hooks)
-    .where(and(eq(hooks.id, id), eq(hooks.grantId, grantId)))
-    .returning({ id: hooks.id })
+  const deleted = await deleteSubscriptionRows(deps.db, and(eq(hooks.id, id), eq(hooks.grantId, grantId))!)
   if (deleted.length === 0) throw eventError(EVENT_ERRORS.NotFound, 'No subscription matches this name, arguments and callback URL.', { kind: 'subscription' })
   return {}
 }
