@@ -288,7 +288,8 @@ test('no secret of a whole run (sign-in, OAuth, keys, hooks, messages, MCP) reac
 })
 
 test('an endpoint that does not answer is said in the log: a warning line, with no secret of the exporter’s headers', async () => {
-  const env = { DATA_DIR: freshDataDir(), OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9', OTEL_EXPORTER_OTLP_HEADERS: 'x-api-key=otlp-sekrit-value', OTEL_BSP_SCHEDULE_DELAY: '50' }
+  // A PGlite of its own whatever the pass: the process would otherwise inherit the PostgreSQL pass's DATABASE_URL.
+  const env = { DATABASE_URL: '', DATA_DIR: freshDataDir(), OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9', OTEL_EXPORTER_OTLP_HEADERS: 'x-api-key=otlp-sekrit-value', OTEL_BSP_SCHEDULE_DELAY: '50' }
   const server = await startServerProcess(['bun', 'src/main.ts'], env)
   try {
     await server.waitForOutput('"msg":"OpenTelemetry"', 15_000)
