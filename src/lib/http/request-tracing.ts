@@ -34,7 +34,9 @@ export function traceRequests(handler: FetchHandler, options: { tracing: Tracing
     if (clientAddress) attributes['network.peer.address'] = clientAddress
     const userAgent = loggedUserAgent(request.headers.get('user-agent'))
     if (userAgent) attributes['user_agent.original'] = userAgent
-    const span = tracing.tracer.startSpan(route ? `${method} ${route}` : method, { kind: SpanKind.SERVER, attributes }, parent)
+    // A method we do not know is the client's text: the name says HTTP, as the conventions ask, and keeps the span names few.
+    const name = known ? method : 'HTTP'
+    const span = tracing.tracer.startSpan(route ? `${name} ${route}` : name, { kind: SpanKind.SERVER, attributes }, parent)
 
     const finish = (response: Response): Response => {
       span.setAttribute('http.response.status_code', response.status)

@@ -183,6 +183,12 @@ describe.each(['http/protobuf', 'http/json'] as const)('OTLP over %s', (protocol
     await otlp.waitFor(() => byName(otlp.trace(sdk.traceId), 'tools/call list_webhooks').length === 1)
     expect(only(otlp.trace(sdk.traceId), 'tools/call list_webhooks').parentSpanId).toBe(sdk.spanId)
 
+    // A method of the client's own making does not name a span.
+    const odd = clientSpan()
+    await server.fetch('/v0/account', { method: 'PROPFIND', headers: { traceparent: odd.traceparent } })
+    await otlp.waitFor(() => otlp.trace(odd.traceId).length === 1)
+    expect(otlp.trace(odd.traceId)[0]).toMatchObject({ name: 'HTTP', attributes: { 'http.request.method': '_OTHER', 'http.request.method_original': 'PROPFIND' } })
+
     const http = clientSpan()
     expect((await call({}, { traceparent: http.traceparent })).status).toBe(200)
     await otlp.waitFor(() => byName(otlp.trace(http.traceId), 'tools/call list_webhooks').length === 1)
