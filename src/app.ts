@@ -24,6 +24,7 @@ import { tokenEndpointRoutes } from './oauth/token-endpoint.ts'
 import { revocationRoutes } from './oauth/revocation.ts'
 import { sessionRoutes } from './oauth/session.ts'
 import { hookRoutes } from './hooks/routes.ts'
+import { statsRoutes } from './stats/routes.ts'
 import { messageRoutes } from './messages/routes.ts'
 import type { MessageDeps } from './messages/service.ts'
 import { isForbiddenHost } from './lib/security/outbound.ts'
@@ -101,6 +102,7 @@ export function createApp(deps: AppDeps) {
         .use(revocationRoutes(tokens))
         .use(sessionRoutes(auth))
         .use(hookRoutes(hooks))
+        .use(statsRoutes({ ...auth, db: deps.db }))
         .use(mcpRoutes({ ...hooks, publicUrl: deps.config.publicUrl, allowedOrigins: deps.config.mcpAllowedOrigins, retentionDays: deps.config.eventRetentionDays }))
         .use(messageRoutes({ ...auth, ...deps.messaging })))
   // Built once every route exists and before any request: Elysia amends a route's schemas the

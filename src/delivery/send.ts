@@ -1,5 +1,6 @@
 import { Webhook } from 'standardwebhooks'
-import { type Lookup, TargetRefused, describeNetworkError, fetchPinned, readPrefix } from '../lib/security/outbound.ts'
+import type { FailureReason } from '../stats/failure-reasons.ts'
+import { type Lookup, TargetRefused, describeNetworkError, fetchPinned, isTimeout, readPrefix } from '../lib/security/outbound.ts'
 
 export interface WebhookRequest {
   url: string
@@ -33,6 +34,8 @@ export interface AttemptResult {
   durationMs: number
   /** Why the attempt failed, short enough for the attempt log; null when ok. */
   error: string | null
+  /** The kind of failure, counted in the health figures (docs/api.md#health-over-time); null when ok. */
+  failure: FailureReason | null
   /** The first 4 KB of the response body, decoded as UTF-8. */
   responseSnippet: string
   /** From `Retry-After` on a 429 or 503, in seconds from now; the caller bounds it. */
@@ -52,11 +55,12 @@ const USER_AGENT = 'messaging-service-webhooks/0.1'
  */
 export async function sendWebhook(request: WebhookRequest, options: SendOptions): Promise<AttemptResult> {
   const started = performance.now()
-  const failure = (error: string, status: number | null = null): AttemptResult => ({
+  const failure = (error: string, reason: FailureReason, status: number | null = null): AttemptResult => ({
     ok: false,
     status,
     durationMs: Math.round(performance.now() - started),
     error,
+    failure: reason,
     responseSnippet: '',
     retryAfterSeconds: null,
   })
@@ -67,7 +71,7 @@ export async function sendWebhook(request: WebhookRequest, options: SendOptions)
   try {
     url = new URL(request.url)
   } catch {
-    return failure('invalid target URL')
+    return failure('invalid target URL', 'other')
   }
   const headers: Record<string, string> = {
     ...request.headers,
@@ -81,15 +85,15 @@ export async function sendWebhook(request: WebhookRequest, options: SendOptions)
   try {
     response = await fetchPinned(url, { method: 'POST', headers, body: request.body }, options, signal)
   } catch (error) {
-    if (error instanceof TargetRefused) return failure(error.reason === 'runtime' ? error.message : `refused (${error.reason}): ${error.message}`)
-    return failure(describeNetworkError(error, options.timeoutMs))
+    if (error instanceof TargetRefused) return failure(error.reason === 'runtime' ? error.message : `refused (${error.reason}): ${error.message}`, error.reason === 'runtime' ? 'other' : 'refused')
+    return failure(describeNetworkError(error, options.timeoutMs), networkFailure(error))
   }
 
   let responseSnippet: string
   try {
     responseSnippet = await readPrefix(response, SNIPPET_BYTES)
   } catch (error) {
-    return failure(describeNetworkError(error, options.timeoutMs), response.status)
+    return failure(describeNetworkError(error, options.timeoutMs), networkFailure(error), response.status)
   }
   const ok = response.status >= 200 && response.status < 300
   return {
@@ -97,6 +101,7 @@ export async function sendWebhook(request: WebhookRequest, options: SendOptions)
     status: response.status,
     durationMs: Math.round(performance.now() - started),
     error: ok ? null : describeStatus(response),
+    failure: ok ? null : statusFailure(response.status),
     responseSnippet,
     retryAfterSeconds: response.status === 429 || response.status === 503 ? parseRetryAfter(response.headers.get('retry-after'), now) : null,
   }
@@ -112,6 +117,18 @@ export function parseRetryAfter(value: string | null, now: Date): number | null 
   const date = Date.parse(trimmed)
   if (Number.isNaN(date)) return null
   return Math.max(0, Math.ceil((date - now.getTime()) / 1000))
+}
+
+/** No answer within the attempt's timeout, or none at all: a connect timeout is a connection that was never made. */
+function networkFailure(error: unknown): FailureReason {
+  return isTimeout(error) ? 'timeout' : 'connection'
+}
+
+function statusFailure(status: number): FailureReason {
+  if (status >= 500) return 'http_5xx'
+  if (status >= 400) return 'http_4xx'
+  if (status >= 300) return 'redirect'
+  return 'other'
 }
 
 function describeStatus(response: Response): string {

@@ -5,6 +5,7 @@ import { queryRows, type Database } from '../lib/db/client.ts'
 import { newId } from '../lib/db/ids.ts'
 import { MAX_RETRY_AFTER_MS, type DeliveryDecision } from './policy.ts'
 import type { AttemptResult } from './send.ts'
+import { attemptRollups } from '../stats/rollups.ts'
 
 /** A delivery leased to one sender, with everything needed to send it. Plain data: it crosses threads. */
 export interface ClaimedDelivery {
@@ -320,7 +321,8 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
  * state, and what the batch means for each subscription (a success resets its failure clock, a
  * 410 or five days of failures disable it, a 429 or 503 with Retry-After pauses it that long,
  * and its circuit breaker counts, opens or closes: src/delivery/circuit.ts); a subscription it
- * disabled has its pending deliveries canceled by a second statement. A delivery deleted
+ * disabled has its pending deliveries canceled by a second statement. The same statement adds
+ * the attempts to the health rollups (src/stats/rollups.ts), last. A delivery deleted
  * meanwhile (its subscription was deleted) is skipped. One statement per batch rather than per
  * attempt keeps the database off the critical path when hundreds of attempts finish each second.
  *
@@ -337,6 +339,8 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
     delivery_id: deliveryId,
     attempt_id: newId('att'),
     status_code: result.status,
+    ok: result.ok,
+    failure: result.failure,
     duration_ms: Math.round(result.durationMs),
     error: result.error,
     response_snippet: result.responseSnippet,
@@ -348,7 +352,7 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
   const failureReason = `Every delivery attempt failed for ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 86_400_000} days.`
   const disabled = await queryRows<{ id: string }>(db, sql`with input as (
       select * from jsonb_to_recordset(${JSON.stringify(input)}::jsonb) as i(
-        delivery_id text, attempt_id text, status_code int, duration_ms int, error text, response_snippet text,
+        delivery_id text, attempt_id text, status_code int, ok boolean, failure text, duration_ms int, error text, response_snippet text,
         outcome text, delay_ms float8, disable_reason text, throttle_ms float8)
     ),
     moved as (
@@ -360,7 +364,7 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
         next_attempt_at = case when i.outcome = 'retry' then now() + make_interval(secs => i.delay_ms / 1000) else d.next_attempt_at end
       from input i, hooks h
       where d.id = i.delivery_id and h.id = d.hook_id
-      returning d.id, d.hook_id, d.event_id
+      returning d.id, d.hook_id, d.event_id, h.account_id
     ),
     logged as (
       insert into delivery_attempts (id, delivery_id, hook_id, event_id, status_code, duration_ms, error, response_snippet)
@@ -415,7 +419,7 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
         or (h.status = 'active' and (p.disable_reason is not null
           or (not p.succeeded and h.failing_since < now() - make_interval(secs => ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 1000})))))
     returning h.id, h.status, p.status_before
-    )
+    )${attemptRollups(sql`select m.hook_id, m.account_id, i.ok, i.failure, i.duration_ms from input i join moved m on m.id = i.delivery_id`, ['changed'])}
     select id from changed where status = 'disabled' and status_before <> 'disabled'`)
   if (disabled.length > 0) await cancelPendingDeliveries(db, disabled.map((row) => row.id))
   await markHooksDueUnlessHeld(db, [...new Set(attempts.map((attempt) => attempt.hookId))])

@@ -109,7 +109,7 @@ async function start(settings: WorkerSettings) {
       if (delivery.previousSecretCiphertext) secrets.push(await openSecret(delivery.previousSecretCiphertext))
     } catch (error) {
       log('error', 'cannot open a webhook signing secret', { hook_id: delivery.hookId, error: String(error) })
-      return { ok: false, status: null, durationMs: 0, error: 'the signing secret could not be opened', responseSnippet: '', retryAfterSeconds: null }
+      return { ok: false, status: null, durationMs: 0, error: 'the signing secret could not be opened', failure: 'other', responseSnippet: '', retryAfterSeconds: null }
     }
     const options = { timeoutMs: settings.timeoutMs, allowPrivate: settings.allowPrivate, ca: settings.ca }
     const body = delivery.eventSubscription ? occurrenceBody(delivery.payload) : delivery.payload

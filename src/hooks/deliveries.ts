@@ -10,6 +10,7 @@ import type { Logger } from '../lib/runtime/logger.ts'
 import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
 import { markDue } from '../delivery/queue.ts'
+import { attemptRollups } from '../stats/rollups.ts'
 import { sendWebhook, type SendOptions } from '../delivery/send.ts'
 import { exampleEvent } from './event-catalog.ts'
 import type { EventType } from '../messages/event-types.ts'
@@ -233,8 +234,9 @@ export async function recoverDeliveries(deps: Pick<DeliveryOperationDeps, 'db' |
  * Sends one example event of the subscription's type now, signed with its secret (both, during
  * a rotation), through the same SSRF guard and timeout as every delivery, whatever the
  * subscription's status (testing a fix before resuming is the point). The attempt is stored as
- * a delivery marked `test` and logged; it never changes the subscription (no failure clock, no
- * disabling on 410) and is not retried.
+ * a delivery marked `test` and logged, and counted in the health figures (it was an attempt at
+ * the receiver); it never changes the subscription (no failure clock, no disabling on 410) and
+ * is not retried.
  */
 export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: string, hookId: string): Promise<Static<typeof TestResultSchema>> {
   const hook = await getHook(deps.db, accountId, hookId)
@@ -254,9 +256,16 @@ export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: stri
         insert into deliveries (id, event_id, hook_id, status, attempts)
         select ${deliveryId}, id, ${hook.id}, ${result.ok ? 'delivered' : 'failed'}, 1 from test_event
         returning id, event_id, hook_id
-      )
-    insert into delivery_attempts (id, delivery_id, hook_id, event_id, status_code, duration_ms, error, response_snippet)
-    select ${newId('att')}, id, hook_id, event_id, ${result.status}::int, ${Math.round(result.durationMs)}::int, ${result.error}::text, ${result.responseSnippet}::text from test_delivery`)
+      ),
+      test_attempt as (
+        insert into delivery_attempts (id, delivery_id, hook_id, event_id, status_code, duration_ms, error, response_snippet)
+        select ${newId('att')}, id, hook_id, event_id, ${result.status}::int, ${Math.round(result.durationMs)}::int, ${result.error}::text, ${result.responseSnippet}::text from test_delivery
+        returning hook_id
+      )${attemptRollups(
+        sql`select hook_id, ${accountId}::text as account_id, ${result.ok}::boolean as ok, ${result.failure}::text as failure, ${Math.round(result.durationMs)}::int as duration_ms from test_attempt`,
+        ['test_attempt'],
+      )}
+    select 1`)
   deps.logger.info('delivery attempt', {
     hook_id: hook.id,
     event_id: event.id,

@@ -4,7 +4,7 @@ import { EventTypeSchema, eventCatalog } from './event-catalog.ts'
 import { IdempotencyKeyHeader, answerIdempotently } from '../lib/http/idempotency.ts'
 import { ProblemSchema } from '../lib/http/errors.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
-import { AccountParams } from '../lib/http/params.ts'
+import { AccountParams, HookParams } from '../lib/http/params.ts'
 import {
   CreateHookBody,
   CreatedHookSchema,
@@ -13,7 +13,6 @@ import {
   DeliveryParams,
   DeliverySchema,
   HookDeliveryParams,
-  HookParams,
   HookSchema,
   RecoverBody,
   RecoveredSchema,

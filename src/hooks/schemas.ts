@@ -1,6 +1,6 @@
 import { t } from 'elysia'
 import { Type } from '@sinclair/typebox'
-import { AccountParams } from '../lib/http/params.ts'
+import { AccountParams, HookParams } from '../lib/http/params.ts'
 import { ApiKeyParam, PageParams } from '../lib/http/pagination.ts'
 import { PhoneNumber } from '../messages/schemas.ts'
 import { EVENT_TYPES } from '../messages/event-types.ts'
@@ -110,7 +110,6 @@ export const UpdateHookBody = t.Object(
   { additionalProperties: false, minProperties: 1, title: 'UpdateHookRequest' },
 )
 
-export const HookParams = t.Object({ ...AccountParams.properties, hook_id: t.String({ maxLength: 64 }) })
 
 // Not t.UnionEnum: it carries a default, which would fill in a missing `state` filter.
 const DeliveryState = t.Union([t.Literal('pending'), t.Literal('succeeded'), t.Literal('failed'), t.Literal('canceled')], {

@@ -2,6 +2,7 @@ import { sql, type SQL } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { newId } from '../lib/db/ids.ts'
 import { markDue } from '../delivery/queue.ts'
+import { eventRollups } from '../stats/rollups.ts'
 import type { EventType } from './event-types.ts'
 import type { EventSchema, MessageSchema } from './schemas.ts'
 
@@ -59,5 +60,5 @@ export const storeEventsAndDeliveries: SQL = sql`,
     -- From the subscriptions found above, not by joining hooks again: a prepared statement's plan made while
     -- hooks was small looped over all of it once per delivery (365 ms for 100 deliveries at 10,000 subscriptions).
     ${markDue(sql`select hook_id from targets where status = 'active'`)}
-  )
+  )${eventRollups('new_events', ['new_deliveries'])}
   select (select count(*) from new_deliveries)::int as delivery_count`

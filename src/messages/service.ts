@@ -13,6 +13,7 @@ import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { EventType } from './event-types.ts'
 import type { Carrier } from './carrier.ts'
 import { buildEvent, storeEventsAndDeliveries, type EventPayload } from './outbox.ts'
+import { sentMessageRollups } from '../stats/rollups.ts'
 import type { MessageSchema } from './schemas.ts'
 
 export type Message = typeof messages.$inferSelect
@@ -65,9 +66,13 @@ export function createMessageStorer(db: Database): MessageStorer {
         created_at: message.createdAt.toISOString(),
         trace_context: message.traceContext,
       }))
-      await db.execute(sql`insert into messages (id, account_id, direction, contact, body, status, created_at, updated_at, trace_context)
-        select id, account_id, 'outbound', contact, body, 'queued', created_at, created_at, trace_context
-        from jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) as i(id text, account_id text, contact text, body text, created_at timestamptz, trace_context text)`)
+      await db.execute(sql`with stored_messages as (
+          insert into messages (id, account_id, direction, contact, body, status, created_at, updated_at, trace_context)
+          select id, account_id, 'outbound', contact, body, 'queued', created_at, created_at, trace_context
+          from jsonb_to_recordset(${JSON.stringify(rows)}::jsonb) as i(id text, account_id text, contact text, body text, created_at timestamptz, trace_context text)
+          returning account_id, created_at
+        )${sentMessageRollups('stored_messages')}
+        select 1`)
       return batch.map(() => undefined)
     },
     { maxBatch: 256 },

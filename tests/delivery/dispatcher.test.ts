@@ -18,7 +18,7 @@ const delivery = (id: number, hookId = 'hook_1'): ClaimedDelivery => ({
   eventSubscription: false,
   traceContext: null,
 })
-const ok: AttemptResult = { ok: true, status: 200, durationMs: 1, error: null, responseSnippet: '', retryAfterSeconds: null }
+const ok: AttemptResult = { ok: true, status: 200, durationMs: 1, error: null, failure: null, responseSnippet: '', retryAfterSeconds: null }
 
 /** A queue of due deliveries in memory, honouring each subscription's allowance, recording what the dispatcher asked of it. */
 function memoryStore(due: ClaimedDelivery[]) {
@@ -100,7 +100,7 @@ describe('the dispatcher', () => {
     const memory = memoryStore([{ ...delivery(1), attempts: 1 }])
     const dispatcher = createDispatcher({
       store: memory.store,
-      send: async () => ({ ok: false, status: 500, durationMs: 1, error: 'HTTP 500', responseSnippet: '', retryAfterSeconds: null }),
+      send: async () => ({ ok: false, status: 500, durationMs: 1, error: 'HTTP 500', failure: 'http_5xx' as const, responseSnippet: '', retryAfterSeconds: null }),
       schedule: [0, 1_000, 60_000],
       concurrency: 4,
       flow: { initialWindow: 2, maxWindow: 8 },

@@ -192,8 +192,8 @@ async function moreEvents(owner: { accountId: string; secret: string }, count: n
   }
 }
 
-const failedAttempt = { ok: false, status: 500, durationMs: 3, error: 'HTTP 500', responseSnippet: '', retryAfterSeconds: null }
-const okAttempt = { ok: true, status: 200, durationMs: 3, error: null, responseSnippet: 'ok', retryAfterSeconds: null }
+const failedAttempt = { ok: false, status: 500, durationMs: 3, error: 'HTTP 500', failure: 'http_5xx' as const, responseSnippet: '', retryAfterSeconds: null }
+const okAttempt = { ok: true, status: 200, durationMs: 3, error: null, failure: null, responseSnippet: 'ok', retryAfterSeconds: null }
 
 describe('in flight per subscription', () => {
   test('at most perHook deliveries of one subscription are leased at once; recording one frees its slot', async () => {
@@ -328,7 +328,7 @@ describe('flow control in the claim', () => {
     await setAsideOthers()
     const { a } = await twoBacklogs(5)
     const [item] = (await claim({ [a]: 1 })).filter((claimed) => claimed.hookId === a)
-    const tooMany = { ok: false, status: 429, durationMs: 2, error: 'HTTP 429', responseSnippet: '', retryAfterSeconds: 120 }
+    const tooMany = { ok: false, status: 429, durationMs: 2, error: 'HTTP 429', failure: 'http_4xx' as const, responseSnippet: '', retryAfterSeconds: 120 }
     await recordDeliveryAttempts(db, [{ deliveryId: item!.id, hookId: item!.hookId, result: tooMany, decision: decideAfterAttempt(tooMany, 1, schedule) }])
     const [paused] = await db.select().from(hooks).where(eq(hooks.id, a))
     expect(paused!.throttledUntil!.getTime()).toBeGreaterThan(Date.now() + 110_000)
@@ -341,7 +341,7 @@ describe('flow control in the claim', () => {
 
 describe('the circuit breaker in the claim and the record (src/delivery/circuit.ts)', () => {
   const options = { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 10, maxPerHook: 64, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }
-  const serverError = { ok: false, status: 503, durationMs: 2, error: 'HTTP 503', responseSnippet: '', retryAfterSeconds: null }
+  const serverError = { ok: false, status: 503, durationMs: 2, error: 'HTTP 503', failure: 'http_5xx' as const, responseSnippet: '', retryAfterSeconds: null }
   const retryNow = { kind: 'retry', delayMs: 0 } as const
   const setAsideOthers = () => db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
   const hookRow = async (id: string) => (await db.select().from(hooks).where(eq(hooks.id, id)))[0]!

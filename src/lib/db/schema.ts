@@ -361,3 +361,49 @@ export const deliveryAttempts = pgTable(
     index('delivery_attempts_delivery_id_idx').on(table.deliveryId, table.id),
   ],
 )
+
+/**
+ * Rollups of delivery attempts per subscription, per minute, hour and day (UTC), written in the
+ * statement that records the attempts (src/stats/rollups.ts), so that they commit with the attempt
+ * log or not at all. GET …/hooks/{hook_id}/stats reads at most 1,440 of them (docs/api.md#health-over-time).
+ */
+export const hookStats = pgTable(
+  'hook_stats',
+  {
+    hookId: ownerId('hook_id', () => hooks.id),
+    /** minute, hour or day. */
+    unit: text('unit').notNull(),
+    /** The bucket's first instant, UTC. */
+    bucket: timestamp('bucket', { withTimezone: true, mode: 'date' }).notNull(),
+    attempts: integer('attempts').notNull(),
+    succeeded: integer('succeeded').notNull(),
+    /** Failed attempts by reason: { "timeout": 3, "http_5xx": 1 } (src/delivery/send.ts, FailureReason). */
+    failures: jsonb('failures').notNull(),
+    /** Attempt durations as a histogram: { "<bucket index>": count } (src/stats/histogram.ts). */
+    latency: jsonb('latency').notNull(),
+  },
+  (table) => [
+    primaryKey({ columns: [table.hookId, table.unit, table.bucket] }),
+    // Retention deletes the buckets older than the attempt log it keeps (src/delivery/retention.ts).
+    index('hook_stats_bucket_idx').on(table.bucket),
+  ],
+)
+
+/** The same per account, all its subscriptions together, with its messages and events (src/stats/rollups.ts). */
+export const accountStats = pgTable(
+  'account_stats',
+  {
+    accountId: ownerId('account_id', () => accounts.id),
+    unit: text('unit').notNull(),
+    bucket: timestamp('bucket', { withTimezone: true, mode: 'date' }).notNull(),
+    attempts: integer('attempts').notNull().default(0),
+    succeeded: integer('succeeded').notNull().default(0),
+    failures: jsonb('failures').notNull().default({}),
+    latency: jsonb('latency').notNull().default({}),
+    /** Outbound messages accepted (POST …/messages). */
+    messagesSent: integer('messages_sent').notNull().default(0),
+    /** Events stored by type: { "message.delivered": 12 } (test events are not counted). */
+    events: jsonb('events').notNull().default({}),
+  },
+  (table) => [primaryKey({ columns: [table.accountId, table.unit, table.bucket] }), index('account_stats_bucket_idx').on(table.bucket)],
+)
