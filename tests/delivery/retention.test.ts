@@ -1,7 +1,7 @@
 import { describe, expect, test } from 'bun:test'
 import { eq, inArray } from 'drizzle-orm'
 import { startTestServer } from '../support/server.ts'
-import { deliveries, deliveryAttempts, events, messages } from '../../src/lib/db/schema.ts'
+import { accountStats, deliveries, deliveryAttempts, events, hookStats, messages } from '../../src/lib/db/schema.ts'
 import { claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
 import { deleteExpiredEvents } from '../../src/delivery/retention.ts'
 
@@ -14,7 +14,7 @@ const db = server.database.handle.db
 const DAY = 86_400_000
 
 describe('event retention', () => {
-  test('events older than the retention go with their deliveries and attempts; one with a pending delivery stays, and so do messages', async () => {
+  test('events older than the retention go with their deliveries, attempts and health rollups; one with a pending delivery stays, and so do messages', async () => {
     const owner = await server.createAccountWithKey()
     const created = await server.fetch(`/v0/account/${owner.accountId}/hooks?key=${owner.secret}`, {
       method: 'POST',
@@ -36,9 +36,16 @@ describe('event retention', () => {
     await recordDeliveryAttempts(db, claimed.map((item) => ({ deliveryId: item.id, hookId: item.hookId, result: ok, decision: { kind: 'delivered' as const } })))
     const eventsOf = () => db.select({ id: events.id }).from(events).where(eq(events.accountId, owner.accountId))
     expect(await eventsOf()).toHaveLength(3)
+    // The health rollups of those attempts and events: a minute's, an hour's and a day's row each.
+    const hookRollups = () => db.select({ unit: hookStats.unit, attempts: hookStats.attempts }).from(hookStats).where(eq(hookStats.hookId, hook.id))
+    const accountRollups = () => db.select({ unit: accountStats.unit }).from(accountStats).where(eq(accountStats.accountId, owner.accountId))
+    expect((await hookRollups()).map((row) => [row.unit, row.attempts]).sort()).toEqual([['day', 2], ['hour', 2], ['minute', 2]])
+    expect((await accountRollups()).map((row) => row.unit).sort()).toEqual(['day', 'hour', 'minute'])
 
     // 29 days on: nothing has expired.
     expect(await deleteExpiredEvents(db, { retentionDays: 30, now: Date.now() + 29 * DAY })).toBe(0)
+    expect(await hookRollups()).toHaveLength(3)
+    expect(await accountRollups()).toHaveLength(3)
     // 31 days on: the two settled events go, the one still pending stays.
     expect(await deleteExpiredEvents(db, { retentionDays: 30, now: Date.now() + 31 * DAY })).toBeGreaterThanOrEqual(2)
     const left = await eventsOf()
@@ -48,5 +55,8 @@ describe('event retention', () => {
     const [pending] = await db.select().from(deliveries).where(eq(deliveries.hookId, hook.id))
     expect(pending).toMatchObject({ eventId: left[0]!.id, status: 'pending' })
     expect(await db.select().from(messages).where(eq(messages.accountId, owner.accountId))).toHaveLength(3)
+    // The rollups went with the log they counted: every bucket ended before the cutoff.
+    expect(await hookRollups()).toHaveLength(0)
+    expect(await accountRollups()).toHaveLength(0)
   })
 })
