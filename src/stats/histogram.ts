@@ -4,11 +4,12 @@
  *
  * Durations up to EXACT_UP_TO ms have a bucket each (they are whole milliseconds); above, each
  * bucket is GROWTH times wider than the one before, and a percentile reads as the bucket's
- * geometric middle: at most 2 % from the exact value (sqrt(1.04) − 1), whatever the scale, in
- * about 32 + 270 buckets between 0 ms and an hour. The index is computed where the rollups are
- * written, by LATENCY_INDEX_SQL (src/stats/rollups.ts); this file reads it back.
+ * geometric middle rounded to the ms: at most 2.5 % from the exact value (sqrt(1.04) − 1, and
+ * half a ms of 100), whatever the scale, in about 100 + 270 buckets between 0 ms and an hour.
+ * The index is computed where the rollups are written (latencyIndex, src/stats/rollups.ts);
+ * this file reads it back.
  */
-export const EXACT_UP_TO = 32
+export const EXACT_UP_TO = 100
 export const GROWTH = 1.04
 
 /** A count map as a rollup stores it: { key: count }. */

@@ -20,7 +20,7 @@ const units = sql`(values ('minute'), ('hour'), ('day')) as u(unit)`
 const bucketOf = (at: SQL) => sql`date_trunc(u.unit, ${at}, 'UTC')`
 
 /** src/stats/histogram.ts: the bucket index of a duration in ms (one per ms up to EXACT_UP_TO, then GROWTH times wider each). */
-const latencyIndex = (ms: SQL) =>
+export const latencyIndex = (ms: SQL) =>
   sql`case when ${ms} <= ${sql.raw(String(EXACT_UP_TO))} then greatest(${ms}, 0) else ${sql.raw(String(EXACT_UP_TO))} + ceil(ln(${ms} / ${sql.raw(`${EXACT_UP_TO}.0`)}) / ln(${sql.raw(String(GROWTH))}))::int end`
 
 /** A condition true once each of these members of the statement's WITH has done its writes. */

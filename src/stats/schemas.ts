@@ -11,8 +11,12 @@ export const StatsQuery = t.Object(
   {
     since: t.Optional(t.String({ format: 'date-time', description: 'The first instant counted, rounded down to the interval (UTC). Default: 24 hours before `until`.' })),
     until: t.Optional(t.String({ format: 'date-time', description: 'The end of the range (excluded), rounded up to the interval (UTC). Default: now.' })),
+    // Not t.UnionEnum: it carries a default (its first value), which would fill in a missing interval.
     interval: t.Optional(
-      t.UnionEnum(STAT_UNITS, { description: `One bucket per minute, hour or day (UTC); at most ${MAX_BUCKETS} buckets in the range. Default: hour.` }),
+      t.Union(
+        STAT_UNITS.map((unit) => t.Literal(unit)),
+        { description: `One bucket per minute, hour or day (UTC); at most ${MAX_BUCKETS} buckets in the range. Default: hour.` },
+      ),
     ),
     ...ApiKeyParam,
   },
@@ -35,7 +39,7 @@ export const LatencySchema = t.Union(
   [
     t.Object(
       { p50: Type.Integer({ minimum: 0 }), p95: Type.Integer({ minimum: 0 }), p99: Type.Integer({ minimum: 0 }) },
-      { description: 'Attempt durations in ms by nearest rank, read from a histogram: within 2 % of the exact figure.' },
+      { description: 'Attempt durations in ms by nearest rank, read from a histogram: within 2.5 % of the exact figure.' },
     ),
     t.Null(),
   ],

@@ -24,14 +24,19 @@ export interface StatsRange {
 /**
  * Reads `since`, `until` and `interval` (docs/api.md#health-over-time): until (default now) is
  * rounded up to the interval and since (default 24 h before it) rounded down, so every bucket is
- * whole. A range that is empty or holds more than MAX_BUCKETS is refused, naming the field.
+ * whole (by default the 24 hours up to the end of the current interval). A range that is empty or holds more than MAX_BUCKETS is refused, naming the field.
  */
 export function statsRange(query: Static<typeof StatsQuery>, now: Date): StatsRange {
   const interval = query.interval ?? 'hour'
   const unit = UNIT_MS[interval]
-  const until = Math.ceil((query.until ? Date.parse(query.until) : now.getTime()) / unit) * unit
-  const since = Math.floor((query.since ? Date.parse(query.since) : until - DEFAULT_SPAN_MS) / unit) * unit
-  if (since >= until) throw validationFailed([{ path: 'query:/since', message: 'must be before until' }])
+  const end = query.until ? Date.parse(query.until) : now.getTime()
+  const start = query.since ? Date.parse(query.since) : end - DEFAULT_SPAN_MS
+  if (start >= end) throw validationFailed([{ path: 'query:/since', message: 'must be before until' }])
+  const until = Math.ceil(end / unit) * unit
+  let since = Math.floor((query.since ? start : until - DEFAULT_SPAN_MS) / unit) * unit
+  // "The last 24 hours by the minute", asked at 12:00:30 (or with a since the client took a moment
+  // before), spans 1,441 minutes once rounded: it gets the latest 1,440, not a refusal.
+  if ((until - since) / unit === MAX_BUCKETS + 1) since += unit
   const buckets = (until - since) / unit
   if (buckets > MAX_BUCKETS) {
     throw validationFailed([
