@@ -27,7 +27,7 @@ if (database.url) await database.handle.close()
 
 const EVENTS = 1000
 
-test('with the receiver refusing, 1,000 events, kill -9 mid-way, restart, receiver accepts: every event arrives', async () => {
+test('with the receiver refusing, 1,000 events, kill -9 mid-way, restart, receiver accepts: every event arrives, and the health figures count each attempt once', async () => {
   const demo = JSON.parse((await runCli(['demo', '--json'], env)).stdout) as { account: { id: string }; api_key: { secret: string } }
   const account = demo.account.id
   const key = demo.api_key.secret
@@ -39,6 +39,7 @@ test('with the receiver refusing, 1,000 events, kill -9 mid-way, restart, receiv
     body: JSON.stringify({ event: 'message.inbound', target_url: `${receiver.origin}/crash` }),
   })
   expect(hook.status).toBe(201)
+  const hookId = ((await hook.json()) as { id: string }).id
 
   // Events whose 201 came back: the service promised these.
   const acknowledged = new Set<string>()
@@ -106,6 +107,33 @@ test('with the receiver refusing, 1,000 events, kill -9 mid-way, restart, receiv
     expect(logged.length).toBeGreaterThanOrEqual(EVENTS)
     await receiver.waitFor(() => logged.every((id) => arrived().has(id)), 30_000)
     console.log(`crash test: ${beforeRestart} acknowledged before the kill, ${logged.length} events logged, ${arrived().size} distinct arrived, ${receiver.received.length} requests in all`)
+
+    // The health figures were written with each attempt's record: the attempts in flight at the kill
+    // (sent, never recorded, made again) are counted once, as the attempt log has them.
+    const deliveries: { state: string; attempts: number }[] = []
+    cursor = null
+    do {
+      const page = (await (await fetch(`${server.origin}/v0/account/${account}/hooks/${hookId}/deliveries?key=${key}&limit=100${cursor ? `&cursor=${cursor}` : ''}`)).json()) as {
+        data: { state: string; attempts: number }[]
+        next_cursor: string | null
+      }
+      deliveries.push(...page.data)
+      cursor = page.next_cursor
+    } while (cursor)
+    expect(deliveries.every((delivery) => delivery.state === 'succeeded')).toBe(true)
+    const range = `interval=minute&since=${new Date(Date.now() - 3_600_000).toISOString()}`
+    const stats = (await (await fetch(`${server.origin}/v0/account/${account}/hooks/${hookId}/stats?key=${key}&${range}`)).json()) as {
+      totals: { attempts: number; succeeded: number; failed: number; failures: Record<string, number> }
+    }
+    const attemptsLogged = deliveries.reduce((sum, delivery) => sum + delivery.attempts, 0)
+    expect(stats.totals).toMatchObject({ attempts: attemptsLogged, succeeded: deliveries.length, failed: attemptsLogged - deliveries.length })
+    expect(stats.totals.failures.http_5xx).toBe(attemptsLogged - deliveries.length)
+    const accountStats = (await (await fetch(`${server.origin}/v0/account/${account}/stats?key=${key}&${range}`)).json()) as {
+      totals: { attempts: number; events: Record<string, number>; messages: { received: number } }
+    }
+    expect(accountStats.totals.attempts).toBe(attemptsLogged)
+    expect(accountStats.totals.events['message.inbound']).toBe(logged.length)
+    expect(accountStats.totals.messages.received).toBe(logged.length)
   } finally {
     await server.stop()
   }
