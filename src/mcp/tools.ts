@@ -10,6 +10,9 @@ import { EVENT_DESCRIPTIONS, EVENT_TYPES } from '../messages/event-types.ts'
 import { CreateHookBody, CreatedHookSchema, DeliveryDetailSchema, DeliveryIdParam, DeliveryListQuery, DeliverySchema, HookSchema, TestResultSchema, UpdateHookBody } from '../hooks/schemas.ts'
 import { createHook, deleteHook, getHook, listHooks, toHookResource, updateHook, type HookDeps } from '../hooks/service.ts'
 import { getDelivery, listDeliveries, retryDelivery, sendTestEvent, type DeliveryOperationDeps } from '../hooks/deliveries.ts'
+import { HookStatsSchema, StatsRangeParams } from '../stats/schemas.ts'
+import { readHookStats, statsRange } from '../stats/service.ts'
+import { describeHookHealth } from '../stats/summary.ts'
 
 /** What the tools run on: the same dependencies as the REST routes for subscriptions and deliveries. */
 export type ToolDeps = HookDeps & DeliveryOperationDeps
@@ -20,6 +23,16 @@ const HookIdInput = t.Object({ hook_id: HookId }, { additionalProperties: false 
 const ListDeliveriesInput = t.Object({ hook_id: HookId, ...PageParams, state: DeliveryListQuery.properties.state }, { additionalProperties: false })
 const UpdateWebhookInput = t.Object({ hook_id: HookId, ...UpdateHookBody.properties }, { additionalProperties: false })
 const DeliveryIdInput = t.Object({ delivery_id: DeliveryIdParam }, { additionalProperties: false })
+const WebhookHealthInput = t.Object({ hook_id: HookId, ...StatsRangeParams }, { additionalProperties: false })
+const WebhookHealthOutput = t.Object(
+  {
+    summary: t.String({ description: 'The figures below in a few sentences, for a person.' }),
+    status: HookSchema.properties.status,
+    circuit: HookSchema.properties.circuit,
+    ...HookStatsSchema.properties,
+  },
+  { title: 'WebhookHealth' },
+)
 const NoInput = t.Object({}, { additionalProperties: false })
 
 const EventTypesOutput = t.Object({
@@ -189,6 +202,22 @@ export const TOOLS = [
     output: DeliveryDetailSchema,
     annotations: { readOnlyHint: true, openWorldHint: false },
     run: (deps, caller, input) => getDelivery(deps.db, caller.accountId, input.delivery_id),
+  }),
+  define({
+    name: 'get_webhook_health',
+    title: "A webhook subscription's health over time",
+    description:
+      "Answers \"is my webhook healthy?\": a summary in words first, then the subscription's status and circuit breaker, and per bucket (minute, hour or day; by default the last 24 hours by the hour, at most 1,440 buckets) its delivery attempts, successes, failures by reason (timeout, connection, refused, redirect, http_4xx, http_5xx, other) and attempt duration p50/p95/p99 in ms, with totals and the deliveries pending now. The same figures as GET …/hooks/{hook_id}/stats. Use list_deliveries or get_delivery to see individual failures.",
+    scope: 'hooks:read',
+    input: WebhookHealthInput,
+    output: WebhookHealthOutput,
+    annotations: { readOnlyHint: true, openWorldHint: false },
+    run: async (deps, caller, input) => {
+      const { hook_id: hookId, ...query } = input
+      const hook = toHookResource(await getHook(deps.db, caller.accountId, hookId))
+      const stats = await readHookStats(deps.db, caller.accountId, hook.id, statsRange(query, new Date()))
+      return { summary: describeHookHealth(hook, stats), status: hook.status, circuit: hook.circuit, ...stats }
+    },
   }),
   define({
     name: 'retry_delivery',

@@ -7,21 +7,20 @@ import { STAT_UNITS } from './rollups.ts'
 /** The most buckets one answer holds: a day at minutes, two months at hours, four years at days. */
 export const MAX_BUCKETS = 1440
 
-export const StatsQuery = t.Object(
-  {
-    since: t.Optional(t.String({ format: 'date-time', description: 'The first instant counted, rounded down to the interval (UTC). Default: 24 hours before `until`.' })),
-    until: t.Optional(t.String({ format: 'date-time', description: 'The end of the range (excluded), rounded up to the interval (UTC). Default: now.' })),
-    // Not t.UnionEnum: it carries a default (its first value), which would fill in a missing interval.
-    interval: t.Optional(
-      t.Union(
-        STAT_UNITS.map((unit) => t.Literal(unit)),
-        { description: `One bucket per minute, hour or day (UTC); at most ${MAX_BUCKETS} buckets in the range. Default: hour.` },
-      ),
+/** since, until, interval: the range of a health answer (src/stats/service.ts statsRange). */
+export const StatsRangeParams = {
+  since: t.Optional(t.String({ format: 'date-time', description: 'The first instant counted, rounded down to the interval (UTC). Default: 24 hours before `until` rounded up.' })),
+  until: t.Optional(t.String({ format: 'date-time', description: 'The end of the range (excluded), rounded up to the interval (UTC). Default: now.' })),
+  // Not t.UnionEnum: it carries a default (its first value), which would fill in a missing interval.
+  interval: t.Optional(
+    t.Union(
+      STAT_UNITS.map((unit) => t.Literal(unit)),
+      { description: `One bucket per minute, hour or day (UTC); at most ${MAX_BUCKETS} buckets in the range. Default: hour.` },
     ),
-    ...ApiKeyParam,
-  },
-  { additionalProperties: false },
-)
+  ),
+}
+
+export const StatsQuery = t.Object({ ...StatsRangeParams, ...ApiKeyParam }, { additionalProperties: false })
 
 const count = (description: string) => Type.Integer({ minimum: 0, description })
 

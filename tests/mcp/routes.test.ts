@@ -36,7 +36,7 @@ describe('the SDK client with its OAuth provider, from nothing', () => {
     const client = new Client({ name: 'agent', version: '1.0.0' })
     await client.connect(new StreamableHTTPClientTransport(new URL(mcpUrl), { authProvider: provider }))
     const { tools } = await client.listTools()
-    expect(tools.map((tool) => tool.name).sort()).toEqual(['create_webhook', 'delete_webhook', 'get_delivery', 'get_webhook', 'list_deliveries', 'list_event_types', 'list_webhooks', 'retry_delivery', 'test_webhook', 'update_webhook'])
+    expect(tools.map((tool) => tool.name).sort()).toEqual(['create_webhook', 'delete_webhook', 'get_delivery', 'get_webhook', 'get_webhook_health', 'list_deliveries', 'list_event_types', 'list_webhooks', 'retry_delivery', 'test_webhook', 'update_webhook'])
     for (const tool of tools) {
       expect(tool.description!.length).toBeGreaterThan(40)
       expect(tool.inputSchema.type).toBe('object')

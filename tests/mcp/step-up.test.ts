@@ -195,6 +195,7 @@ describe('the 403 challenge', () => {
       update_webhook: { hook_id: hookId, status: 'paused' },
       test_webhook: { hook_id: 'hook_none' },
       list_deliveries: { hook_id: hookId },
+      get_webhook_health: { hook_id: hookId },
       get_delivery: { delivery_id: 'dlv_none' },
       retry_delivery: { delivery_id: 'dlv_none' },
       create_webhook: { event: 'message.delivered', target_url: 'https://hooks.example.com/all' },

@@ -472,3 +472,47 @@ describe('scopes', () => {
     await reader.client.close()
   })
 })
+
+describe('get_webhook_health', () => {
+  test('a summary in words first, then the same figures as GET …/hooks/{hook_id}/stats, with the status and circuit; a hooks:read token may ask', async () => {
+    const good = await subscribe('/health-good')
+    const bad = await subscribe('/fail-health')
+    for (const text of ['one', 'two']) await inbound(alice, `health ${text}`)
+    await until(() => deliveriesOf(bad.id), (rows) => rows.length === 2 && rows.every((row) => row.state === 'failed'))
+    await until(() => deliveriesOf(good.id), (rows) => rows.length === 2 && rows.every((row) => row.state === 'succeeded'))
+
+    const reader = await agentOf(alice, { scope: 'hooks:read' })
+    const since = new Date(Date.now() - 3_600_000).toISOString()
+    const health = await reader.ok('get_webhook_health', { hook_id: bad.id, interval: 'minute', since })
+    expect(Object.keys(health)[0]).toBe('summary')
+    const { summary, status, circuit, ...figures } = health
+    const stats = await server.fetch(`/v0/account/${alice.accountId}/hooks/${bad.id}/stats?interval=minute&since=${encodeURIComponent(since)}&key=${alice.apiKey}`)
+    expect(stats.status).toBe(200)
+    expect(figures).toEqual(await stats.json())
+    expect(status).toBe('active')
+    expect(circuit.state).toBe('closed')
+    expect(figures.totals).toMatchObject({ attempts: 2, succeeded: 0, failed: 2, failures: { http_5xx: 2 } })
+    expect(summary).toContain('2 attempts, 0.0 % succeeded (0), 2 failed.')
+    expect(summary).toContain('Failures: 2 answered 5xx.')
+    expect(summary).toContain('No delivery is pending.')
+
+    const fine = await reader.ok('get_webhook_health', { hook_id: good.id })
+    expect(fine).toMatchObject({ interval: 'hour', totals: { attempts: 2, succeeded: 2, failed: 0 } })
+    expect(fine.buckets).toHaveLength(24)
+    expect(fine.summary).toContain('2 attempts, 100.0 % succeeded (2), 0 failed.')
+    expect(fine.summary).not.toContain('Failures')
+    await reader.client.close()
+  })
+
+  test("another account's subscription is not_found; a bad range is validation_failed naming the field", async () => {
+    const bob = await flowFixture(server, { clientId: alice.clientId })
+    const theirs = (await restJson(bob, 'POST', '/hooks', { event: 'message.inbound', target_url: `${receiver.origin}/bobs-health` })).body
+    expect((await agent.fails('get_webhook_health', { hook_id: theirs.id })).code).toBe('not_found')
+    const mine = await subscribe('/health-range')
+    const tooLong = await agent.fails('get_webhook_health', { hook_id: mine.id, interval: 'minute', since: '2026-01-01T00:00:00Z', until: '2026-02-01T00:00:00Z' })
+    expect(tooLong.code).toBe('validation_failed')
+    expect(JSON.stringify(tooLong.errors)).toContain('since')
+    const badInterval = await agent.fails('get_webhook_health', { hook_id: mine.id, interval: 'week' })
+    expect(badInterval.code).toBe('validation_failed')
+  })
+})
