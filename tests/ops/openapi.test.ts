@@ -52,7 +52,7 @@ describe('the OpenAPI document', () => {
       [
         'approveAuthorization', 'createHook', 'deleteHook', 'deleteMcp', 'enableHook', 'getAccount', 'getApiResourceMetadata',
         'getApiResourceMetadataAtRoot', 'getAuthorizationServerMetadata', 'getAuthorizationServerMetadataAtRoot',
-        'getAuthorizationServerMetadataBare', 'getDelivery', 'getHealth', 'getHook', 'getHookDelivery', 'getJwks', 'getMcp',
+        'getAccountStats', 'getAuthorizationServerMetadataBare', 'getDelivery', 'getHealth', 'getHook', 'getHookDelivery', 'getHookStats', 'getJwks', 'getMcp',
         'getMcpResourceMetadata', 'getMcpResourceMetadataAtRoot', 'getMessage', 'getReadiness', 'getSession', 'listDeliveries',
         'listEventTypes', 'listEvents', 'listHooks', 'postMcp', 'recoverDeliveries', 'refreshToken', 'registerClient',
         'requestToken', 'retryDelivery', 'retryHookDelivery', 'revokeToken', 'rotateHookSecret', 'sendMessage', 'showConsentPage',

@@ -1,5 +1,7 @@
 import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { sql } from 'drizzle-orm'
+import { Value } from '@sinclair/typebox/value'
+import { AccountStatsSchema, HookStatsSchema } from '../../src/stats/schemas.ts'
 import { startTestServer } from '../support/server.ts'
 import { startReceiver } from '../support/receiver.ts'
 import { freePort } from '../support/process.ts'
@@ -225,5 +227,22 @@ describe('GET …/stats refuses what it cannot answer', () => {
     const refused = await bearer('/stats')
     expect(refused.status).toBe(403)
     expect(refused.headers.get('www-authenticate')).toContain('scope="messages:read"')
+  })
+})
+
+describe('the OpenAPI document', () => {
+  test('describes both operations with their scopes, and examples that are valid answers', async () => {
+    const document = (await (await server.fetch('/v0/openapi.json')).json()) as any
+    const hookStats = document.paths['/v0/account/{account_id}/hooks/{hook_id}/stats'].get
+    const accountStats = document.paths['/v0/account/{account_id}/stats'].get
+    expect(hookStats.operationId).toBe('getHookStats')
+    expect(accountStats.operationId).toBe('getAccountStats')
+    expect(JSON.stringify(hookStats.security)).toContain('hooks:read')
+    expect(JSON.stringify(accountStats.security)).toContain('messages:read')
+    expect(hookStats.parameters.map((parameter: { name: string }) => parameter.name)).toEqual(expect.arrayContaining(['since', 'until', 'interval']))
+    for (const [schema, example] of [[HookStatsSchema, HookStatsSchema.examples[0]], [AccountStatsSchema, AccountStatsSchema.examples[0]]] as const) {
+      expect([...Value.Errors(schema, example)]).toEqual([])
+    }
+    expect(JSON.stringify(document)).toContain('"p99":950')
   })
 })
