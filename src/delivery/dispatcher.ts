@@ -137,7 +137,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const startedAt = performance.now()
     const result = await options.send(delivery)
     flow.answered(delivery.hookId, startedAt, result)
-    const attempt = { deliveryId: delivery.id, hookId: delivery.hookId, result, decision: decideAfterAttempt(result, delivery.attempts + 1, options.schedule, Math.random, delivery) }
+    const attempt = { deliveryId: delivery.id, hookId: delivery.hookId, accountId: delivery.accountId, result, decision: decideAfterAttempt(result, delivery.attempts + 1, options.schedule, Math.random, delivery) }
     options.onAttempt?.(delivery, attempt)
     finished.push(attempt)
     inFlight--

@@ -63,6 +63,7 @@ const SCAN_MAX = 128
 export interface RecordedAttempt {
   deliveryId: string
   hookId: string
+  accountId: string
   result: AttemptResult
   decision: DeliveryDecision
 }
@@ -339,8 +340,6 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
     delivery_id: deliveryId,
     attempt_id: newId('att'),
     status_code: result.status,
-    ok: result.ok,
-    failure: result.failure,
     duration_ms: Math.round(result.durationMs),
     error: result.error,
     response_snippet: result.responseSnippet,
@@ -352,7 +351,7 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
   const failureReason = `Every delivery attempt failed for ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 86_400_000} days.`
   const disabled = await queryRows<{ id: string }>(db, sql`with input as (
       select * from jsonb_to_recordset(${JSON.stringify(input)}::jsonb) as i(
-        delivery_id text, attempt_id text, status_code int, ok boolean, failure text, duration_ms int, error text, response_snippet text,
+        delivery_id text, attempt_id text, status_code int, duration_ms int, error text, response_snippet text,
         outcome text, delay_ms float8, disable_reason text, throttle_ms float8)
     ),
     moved as (
@@ -364,7 +363,7 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
         next_attempt_at = case when i.outcome = 'retry' then now() + make_interval(secs => i.delay_ms / 1000) else d.next_attempt_at end
       from input i, hooks h
       where d.id = i.delivery_id and h.id = d.hook_id
-      returning d.id, d.hook_id, d.event_id, h.account_id
+      returning d.id, d.hook_id, d.event_id
     ),
     logged as (
       insert into delivery_attempts (id, delivery_id, hook_id, event_id, status_code, duration_ms, error, response_snippet)
@@ -419,7 +418,10 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
         or (h.status = 'active' and (p.disable_reason is not null
           or (not p.succeeded and h.failing_since < now() - make_interval(secs => ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 1000})))))
     returning h.id, h.status, p.status_before
-    )${attemptRollups(sql`select m.hook_id, m.account_id, i.ok, i.failure, i.duration_ms from input i join moved m on m.id = i.delivery_id`, ['changed'])}
+    )${attemptRollups(
+      attempts.map(({ hookId, accountId, result }) => ({ hookId, accountId, ok: result.ok, failure: result.failure, durationMs: result.durationMs })),
+      ['changed'],
+    )}
     select id from changed where status = 'disabled' and status_before <> 'disabled'`)
   if (disabled.length > 0) await cancelPendingDeliveries(db, disabled.map((row) => row.id))
   await markHooksDueUnlessHeld(db, [...new Set(attempts.map((attempt) => attempt.hookId))])

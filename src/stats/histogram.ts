@@ -6,14 +6,19 @@
  * bucket is GROWTH times wider than the one before, and a percentile reads as the bucket's
  * geometric middle rounded to the ms: at most 2.5 % from the exact value (sqrt(1.04) − 1, and
  * half a ms of 100), whatever the scale, in about 100 + 270 buckets between 0 ms and an hour.
- * The index is computed where the rollups are written (latencyIndex, src/stats/rollups.ts);
- * this file reads it back.
  */
 export const EXACT_UP_TO = 100
 export const GROWTH = 1.04
 
 /** A count map as a rollup stores it: { key: count }. */
 export type Counts = Record<string, number>
+
+/** The bucket index of a duration in ms: its rounded value up to EXACT_UP_TO, then one per GROWTH step. */
+export function latencyIndex(durationMs: number): number {
+  const ms = Math.max(0, Math.round(durationMs))
+  if (ms <= EXACT_UP_TO) return ms
+  return EXACT_UP_TO + Math.ceil(Math.log(ms / EXACT_UP_TO) / Math.log(GROWTH))
+}
 
 /** The duration, in whole ms, a bucket index stands for. */
 export function bucketValue(index: number): number {

@@ -1,5 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm'
-import { EXACT_UP_TO, GROWTH } from './histogram.ts'
+import { addCounts, latencyIndex, type Counts } from './histogram.ts'
+import type { FailureReason } from './failure-reasons.ts'
 
 /**
  * The health rollups (docs/api.md#health-over-time) are written by the statements that store
@@ -19,46 +20,68 @@ export type StatUnit = (typeof STAT_UNITS)[number]
 const units = sql`(values ('minute'), ('hour'), ('day')) as u(unit)`
 const bucketOf = (at: SQL) => sql`date_trunc(u.unit, ${at}, 'UTC')`
 
-/** src/stats/histogram.ts: the bucket index of a duration in ms (one per ms up to EXACT_UP_TO, then GROWTH times wider each). */
-export const latencyIndex = (ms: SQL) =>
-  sql`case when ${ms} <= ${sql.raw(String(EXACT_UP_TO))} then greatest(${ms}, 0) else ${sql.raw(String(EXACT_UP_TO))} + ceil(ln(${ms} / ${sql.raw(`${EXACT_UP_TO}.0`)}) / ln(${sql.raw(String(GROWTH))}))::int end`
-
 /** A condition true once each of these members of the statement's WITH has done its writes. */
 const afterWrites = (members: readonly string[]) => sql.join(members.map((member) => sql`(select count(*) from ${sql.identifier(member)}) >= 0`), sql` and `)
 
+/** One attempt as the rollups count it. */
+export interface AttemptFigures {
+  hookId: string
+  accountId: string
+  ok: boolean
+  failure: FailureReason | null
+  durationMs: number
+}
+
+interface Delta {
+  key: string
+  attempts: number
+  succeeded: number
+  failures: Counts
+  latency: Counts
+}
+
+/** A batch's figures per key (subscription or account), in key order: added up here, in one pass. */
+function deltasBy(attempts: readonly AttemptFigures[], keyOf: (attempt: AttemptFigures) => string): Delta[] {
+  const deltas = new Map<string, Delta>()
+  for (const attempt of attempts) {
+    const key = keyOf(attempt)
+    let delta = deltas.get(key)
+    if (!delta) deltas.set(key, (delta = { key, attempts: 0, succeeded: 0, failures: {}, latency: {} }))
+    delta.attempts++
+    if (attempt.ok) delta.succeeded++
+    else addCounts(delta.failures, { [attempt.failure ?? 'other']: 1 })
+    addCounts(delta.latency, { [latencyIndex(attempt.durationMs)]: 1 })
+  }
+  return [...deltas.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+}
+
 /**
- * The tail of a WITH that records attempts: `attempts` selects one row per attempt recorded
- * (hook_id, account_id, ok boolean, failure text, duration_ms int), `after` names the members
- * whose writes come first. Adds the members stat_attempts … account_stats_added.
+ * The tail of a WITH that records attempts: adds them to their subscriptions' and accounts'
+ * rollups, once the members named in `after` have done their writes. The batch is added up in
+ * JavaScript, so the statement upserts one row per subscription and unit, however many attempts
+ * each had. A subscription deleted meanwhile is skipped (its rollups went with it); its account
+ * still counts the attempt, as it counts every attempt its deleted subscriptions made.
  */
-export function attemptRollups(attempts: SQL, after: readonly string[]): SQL {
-  const rollup = (key: 'hook_id' | 'account_id') => sql`
-    select s.${sql.identifier(key)} as key, s.unit, s.bucket, count(*)::int as attempts, (count(*) filter (where s.ok))::int as succeeded,
-      coalesce((select jsonb_object_agg(f.failure, f.n) from (
-        select x.failure, count(*)::int as n from stat_attempts x
-        where x.${sql.identifier(key)} = s.${sql.identifier(key)} and x.unit = s.unit and x.bucket = s.bucket and x.failure is not null group by x.failure) f), '{}'::jsonb) as failures,
-      (select jsonb_object_agg(l.latency_index::text, l.n) from (
-        select x.latency_index, count(*)::int as n from stat_attempts x
-        where x.${sql.identifier(key)} = s.${sql.identifier(key)} and x.unit = s.unit and x.bucket = s.bucket group by x.latency_index) l) as latency
-    from stat_attempts s group by 1, 2, 3 order by 1, 2, 3`
+export function attemptRollups(attempts: readonly AttemptFigures[], after: readonly string[]): SQL {
+  const figures = (deltas: Delta[]) => sql`jsonb_to_recordset(${JSON.stringify(deltas)}::jsonb) as d(key text, attempts int, succeeded int, failures jsonb, latency jsonb)`
   const merge = (table: string) => sql`attempts = ${sql.identifier(table)}.attempts + excluded.attempts, succeeded = ${sql.identifier(table)}.succeeded + excluded.succeeded,
     failures = stats_add(${sql.identifier(table)}.failures, excluded.failures), latency = stats_add(${sql.identifier(table)}.latency, excluded.latency)`
   return sql`,
-  stat_attempts as (
-    select a.hook_id, a.account_id, a.ok, case when a.ok then null else coalesce(a.failure, 'other') end as failure,
-      ${latencyIndex(sql`a.duration_ms`)} as latency_index, u.unit, ${bucketOf(sql`now()`)} as bucket
-    from (${attempts}) a cross join ${units}
-    where ${afterWrites(after)}
-  ),
   hook_stats_added as (
     insert into hook_stats (hook_id, unit, bucket, attempts, succeeded, failures, latency)
-    ${rollup('hook_id')}
+    select h.id, u.unit, ${bucketOf(sql`now()`)}, d.attempts, d.succeeded, d.failures, d.latency
+    from ${figures(deltasBy(attempts, (attempt) => attempt.hookId))} join hooks h on h.id = d.key cross join ${units}
+    where ${afterWrites(after)}
+    order by 1, 2, 3
     on conflict (hook_id, unit, bucket) do update set ${merge('hook_stats')}
     returning 1
   ),
   account_stats_added as (
     insert into account_stats (account_id, unit, bucket, attempts, succeeded, failures, latency)
-    select * from (${rollup('account_id')}) r where ${afterWrites(['hook_stats_added'])} order by 1, 2, 3
+    select d.key, u.unit, ${bucketOf(sql`now()`)}, d.attempts, d.succeeded, d.failures, d.latency
+    from ${figures(deltasBy(attempts, (attempt) => attempt.accountId))} cross join ${units}
+    where ${afterWrites(['hook_stats_added'])}
+    order by 1, 2, 3
     on conflict (account_id, unit, bucket) do update set ${merge('account_stats')}
     returning 1
   )`

@@ -153,7 +153,7 @@ test.if(runs)('a failed delivery is retried from the page and succeeds', async (
   await receiver.waitFor((received) => received.some((request) => request.path === '/flaky'))
   const delivery = page.locator('#deliveries li').first()
   for (let tries = 0; tries < 40 && !(await delivery.getByText('failed', { exact: true }).count()); tries++) {
-    await page.getByRole('button', { name: 'Refresh' }).click()
+    await page.getByRole('button', { name: 'Refresh', exact: true }).click()
     await Bun.sleep(250)
   }
   await delivery.getByText('failed', { exact: true }).waitFor()

@@ -33,7 +33,7 @@ describe('event retention', () => {
     const claimed = (await claimRows(db, { limit: 10, leaseMs: 60_000, allowances: { [hook.id]: 2 }, defaultAllowance: 0, maxPerHook: 64, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).filter((item) => item.hookId === hook.id)
     expect(claimed).toHaveLength(2)
     const ok = { ok: true, status: 200, durationMs: 3, error: null, failure: null, responseSnippet: 'ok', retryAfterSeconds: null }
-    await recordDeliveryAttempts(db, claimed.map((item) => ({ deliveryId: item.id, hookId: item.hookId, result: ok, decision: { kind: 'delivered' as const } })))
+    await recordDeliveryAttempts(db, claimed.map((item) => ({ deliveryId: item.id, hookId: item.hookId, accountId: item.accountId, result: ok, decision: { kind: 'delivered' as const } })))
     const eventsOf = () => db.select({ id: events.id }).from(events).where(eq(events.accountId, owner.accountId))
     expect(await eventsOf()).toHaveLength(3)
     // The health rollups of those attempts and events: a minute's, an hour's and a day's row each.

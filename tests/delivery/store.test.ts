@@ -79,7 +79,7 @@ async function deliverOnce(claimedFor: string) {
   for (const item of claimed) {
     const secret = await server.instance.secretBox.open(item.secretCiphertext)
     const result = await sendWebhook({ url: item.targetUrl, id: item.eventId, body: item.payload, secrets: [secret] }, { timeoutMs: 2_000, allowPrivate: true, ca: tls.ca })
-    await recordDeliveryAttempts(db, [{ deliveryId: item.id, hookId: item.hookId, result, decision: decideAfterAttempt(result, item.attempts + 1, schedule) }])
+    await recordDeliveryAttempts(db, [{ deliveryId: item.id, hookId: item.hookId, accountId: item.accountId, result, decision: decideAfterAttempt(result, item.attempts + 1, schedule) }])
   }
   return claimed
 }
@@ -203,7 +203,7 @@ describe('in flight per subscription', () => {
     const first = mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }))
     expect(first).toHaveLength(2)
     expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }))).toHaveLength(0)
-    await recordDeliveryAttempts(db, [{ deliveryId: first[0]!.id, hookId: first[0]!.hookId, result: okAttempt, decision: { kind: 'delivered' } }])
+    await recordDeliveryAttempts(db, [{ deliveryId: first[0]!.id, hookId: first[0]!.hookId, accountId: first[0]!.accountId, result: okAttempt, decision: { kind: 'delivered' } }])
     expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }))).toHaveLength(1)
   })
 
@@ -224,7 +224,7 @@ describe('recording', () => {
     await moreEvents(owner, 2)
     const failOne = async () => {
       const [item] = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 1, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).filter((claimed) => claimed.hookId === hook.id)
-      await recordDeliveryAttempts(db, [{ deliveryId: item!.id, hookId: item!.hookId, result: failedAttempt, decision: { kind: 'retry', delayMs: 0 } }])
+      await recordDeliveryAttempts(db, [{ deliveryId: item!.id, hookId: item!.hookId, accountId: item!.accountId, result: failedAttempt, decision: { kind: 'retry', delayMs: 0 } }])
       return item!
     }
     const read = async () => (await db.select().from(hooks).where(eq(hooks.id, hook.id)))[0]!
@@ -236,7 +236,7 @@ describe('recording', () => {
     expect((await read()).failingSince!.getTime()).toBe(failing.failingSince!.getTime())
 
     const [next] = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 1, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).filter((claimed) => claimed.hookId === hook.id)
-    await recordDeliveryAttempts(db, [{ deliveryId: next!.id, hookId: next!.hookId, result: okAttempt, decision: { kind: 'delivered' } }])
+    await recordDeliveryAttempts(db, [{ deliveryId: next!.id, hookId: next!.hookId, accountId: next!.accountId, result: okAttempt, decision: { kind: 'delivered' } }])
     expect((await read()).failingSince).toBeNull()
 
     await failOne()
@@ -256,7 +256,7 @@ describe('recording', () => {
     const claimed = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).filter((item) => [gone.hook.id, kept.hook.id].includes(item.hookId))
     expect(claimed).toHaveLength(2)
     await db.delete(hooks).where(eq(hooks.id, gone.hook.id))
-    await recordDeliveryAttempts(db, claimed.map((item) => ({ deliveryId: item.id, hookId: item.hookId, result: okAttempt, decision: { kind: 'delivered' as const } })))
+    await recordDeliveryAttempts(db, claimed.map((item) => ({ deliveryId: item.id, hookId: item.hookId, accountId: item.accountId, result: okAttempt, decision: { kind: 'delivered' as const } })))
     const [row] = await db.select().from(deliveries).where(eq(deliveries.hookId, kept.hook.id))
     expect(row!.status).toBe('delivered')
     expect(await db.select().from(deliveries).where(eq(deliveries.hookId, gone.hook.id))).toHaveLength(0)
@@ -329,7 +329,7 @@ describe('flow control in the claim', () => {
     const { a } = await twoBacklogs(5)
     const [item] = (await claim({ [a]: 1 })).filter((claimed) => claimed.hookId === a)
     const tooMany = { ok: false, status: 429, durationMs: 2, error: 'HTTP 429', failure: 'http_4xx' as const, responseSnippet: '', retryAfterSeconds: 120 }
-    await recordDeliveryAttempts(db, [{ deliveryId: item!.id, hookId: item!.hookId, result: tooMany, decision: decideAfterAttempt(tooMany, 1, schedule) }])
+    await recordDeliveryAttempts(db, [{ deliveryId: item!.id, hookId: item!.hookId, accountId: item!.accountId, result: tooMany, decision: decideAfterAttempt(tooMany, 1, schedule) }])
     const [paused] = await db.select().from(hooks).where(eq(hooks.id, a))
     expect(paused!.throttledUntil!.getTime()).toBeGreaterThan(Date.now() + 110_000)
     expect(count(await claim({ [a]: 10 }), a)).toBe(0)
@@ -346,8 +346,8 @@ describe('the circuit breaker in the claim and the record (src/delivery/circuit.
   const setAsideOthers = () => db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
   const hookRow = async (id: string) => (await db.select().from(hooks).where(eq(hooks.id, id)))[0]!
   const mine = <T extends { hookId: string }>(items: T[], hookId: string) => items.filter((item) => item.hookId === hookId)
-  const record = (items: { id: string; hookId: string }[], result: typeof serverError | typeof okAttempt, decision: DeliveryDecision) =>
-    recordDeliveryAttempts(db, items.map((item) => ({ deliveryId: item.id, hookId: item.hookId, result, decision })))
+  const record = (items: { id: string; hookId: string; accountId: string }[], result: typeof serverError | typeof okAttempt, decision: DeliveryDecision) =>
+    recordDeliveryAttempts(db, items.map((item) => ({ deliveryId: item.id, hookId: item.hookId, accountId: item.accountId, result, decision })))
   /** The probe's time comes (as the clock would bring it): its due_at moves with it. */
   const probeTimeComes = async (hookId: string) => {
     await db.update(hooks).set({ circuitProbeAt: sql`now() - interval '1 second'` }).where(eq(hooks.id, hookId))
@@ -530,7 +530,7 @@ describe("the worker's plans (PostgreSQL)", () => {
       const { owner, hook } = await eventFor('/plans')
       const roundTrip = async () => {
         const claimed = (await claimDueDeliveries(workerDb, options)).deliveries
-        await recordDeliveryAttempts(workerDb, claimed.map((item) => ({ deliveryId: item.id, hookId: item.hookId, result: okAttempt, decision: { kind: 'delivered' as const } })))
+        await recordDeliveryAttempts(workerDb, claimed.map((item) => ({ deliveryId: item.id, hookId: item.hookId, accountId: item.accountId, result: okAttempt, decision: { kind: 'delivered' as const } })))
         return claimed
       }
       // The plans are made here, on the table as it is now (prepared statements keep them).

@@ -6,6 +6,7 @@ import type { Page } from '../../lib/http/pagination.ts'
 import type { ApiKeySchema, CreatedApiKeySchema } from '../../auth/api-key-schemas.ts'
 import type { ConnectedAppSchema } from '../../oauth/schemas.ts'
 import type { EventSubscriptionSchema } from '../../mcp/event-subscriptions.ts'
+import type { AccountStatsSchema, HookStatsSchema } from '../../stats/schemas.ts'
 
 // The shapes the pages read are the API's own schemas: one definition, checked by the compiler here too.
 export type Account = Static<typeof AccountSchema>
@@ -20,6 +21,9 @@ export type ApiKey = Static<typeof ApiKeySchema>
 export type CreatedApiKey = Static<typeof CreatedApiKeySchema>
 export type ConnectedApp = Static<typeof ConnectedAppSchema>
 export type EventSubscription = Static<typeof EventSubscriptionSchema>
+export type HookStats = Static<typeof HookStatsSchema>
+export type AccountStats = Static<typeof AccountStatsSchema>
+export type StatsInterval = HookStats['interval']
 export type { Page }
 
 export interface EventType {

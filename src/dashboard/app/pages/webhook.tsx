@@ -6,6 +6,7 @@ import { describeAttempt } from '../format.ts'
 import { hrefOf, navigate } from '../navigation.ts'
 import { contactsOf, filterFor, filteredContacts } from '../filter.ts'
 import type { Delivery, DeliveryDetail, Hook, Page, RotatedHook, TestResult } from '../types.ts'
+import { WebhookHealth } from './webhook-health.tsx'
 
 const DELIVERY_STATES = ['pending', 'succeeded', 'failed', 'canceled'] as const
 
@@ -344,6 +345,7 @@ export function WebhookPage({ accountId, hookId, flash }: { accountId: string; h
           </p>
         </SecretOnce>
       )}
+      <WebhookHealth accountId={accountId} hookId={current.id} refreshKey={deliveriesKey} />
       <EditForm accountId={accountId} hook={current} onSaved={setHook} />
       <Deliveries accountId={accountId} hook={current} refreshKey={deliveriesKey} />
     </>
