@@ -1,19 +1,15 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
-import { mkdirSync, readFileSync } from 'node:fs'
-import { createRequire } from 'node:module'
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core'
+import type { Browser, BrowserContext, Page } from 'playwright-core'
 import { startTestServer } from '../support/server.ts'
 import { startReceiver } from '../support/receiver.ts'
 import { authorizeAndRedeem, flowFixture, postJson } from '../oauth/support.ts'
 import { modernRequest } from '../support/mcp.ts'
+import { browserTestsRun as runs, elsewhere, launchChromium, screenshot, seriousAccessibilityViolations, signInOnConsentPage } from './browser.ts'
 
 // The dashboard in a real browser (Debian's chromium, driven by playwright-core), on the real
 // service, against a real HTTPS receiver: what an account owner does, step by step. Skipped on a
 // machine without chromium; under CI=true it must run. With SCREENSHOTS_DIR set, each page is
 // also saved there (docs/dashboard.md shows them).
-const CHROMIUM = '/usr/bin/chromium'
-const runs = Bun.file(CHROMIUM).size > 0 || process.env.CI === 'true'
-const screenshotsDir = process.env.SCREENSHOTS_DIR
 setDefaultTimeout(60_000)
 
 // /flaky fails its first request (a failed delivery), then answers like /ok; /agent is an MCP
@@ -30,7 +26,6 @@ const server = await startTestServer({
   env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_CA_FILE: receiver.caFile, WEBHOOK_RETRY_SCHEDULE: '0', WEBHOOK_TIMEOUT_MS: '2000' },
 })
 const fixture = await flowFixture(server)
-const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
 
 let browser: Browser | undefined
 let context: BrowserContext
@@ -41,10 +36,7 @@ const consoleErrors: string[] = []
 
 beforeAll(async () => {
   if (!runs) return
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  })
+  browser = await launchChromium()
   context = await browser.newContext({ viewport: { width: 1200, height: 900 } })
   await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: server.origin })
   page = await context.newPage()
@@ -58,22 +50,6 @@ afterAll(async () => {
   await browser?.close()
 })
 
-async function screenshot(name: string) {
-  if (!screenshotsDir) return
-  mkdirSync(screenshotsDir, { recursive: true })
-  await page.screenshot({ path: `${screenshotsDir}/${name}.png`, fullPage: true })
-}
-
-/** axe-core in the page (evaluated through the DevTools protocol, which the page's CSP does not govern): serious and critical violations. */
-async function seriousAccessibilityViolations(): Promise<string[]> {
-  await page.evaluate(axeSource)
-  const violations = await page.evaluate(async () => {
-    const result = await (window as unknown as { axe: { run(): Promise<{ violations: { id: string; impact: string; help: string; nodes: { target: string[] }[] }[] }> } }).axe.run()
-    return result.violations
-  })
-  return violations.filter((violation) => violation.impact === 'serious' || violation.impact === 'critical').map((violation) => `${violation.id}: ${violation.help} (${violation.nodes.map((node) => node.target.join(' ')).join(', ')})`)
-}
-
 async function goTo(section: string) {
   await page.getByRole('navigation', { name: 'Dashboard' }).getByRole('link', { name: section }).click()
   await page.getByRole('heading', { level: 1, name: section }).waitFor()
@@ -83,12 +59,13 @@ test.if(runs)('signing in: the dashboard sends the browser to the consent page, 
   await page.goto(`${server.origin}/dashboard`)
   await page.waitForURL((url) => url.pathname === '/v0/auth/authorize')
   expect(await page.textContent('h1')).toBe('Sign in to the Messaging dashboard')
-  expect(await seriousAccessibilityViolations()).toEqual([])
-  await screenshot('sign-in')
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
+  await screenshot(page, 'sign-in')
   await page.fill('#email', fixture.email)
   await page.fill('#password', fixture.password)
   await Promise.all([page.waitForURL((url) => url.pathname === '/dashboard'), page.click('#allow')])
-  await page.getByRole('heading', { level: 1, name: 'Webhooks' }).waitFor()
+  // The overview is the page after signing in (tests/dashboard/health-browser.test.ts: its figures).
+  await page.getByRole('heading', { level: 1, name: 'Overview' }).waitFor()
   expect(await page.textContent('#account-name')).toBe('OAuth account')
   const landed = new URL(page.url())
   expect(landed.search).toBe('')
@@ -96,11 +73,16 @@ test.if(runs)('signing in: the dashboard sends the browser to the consent page, 
   expect(await page.evaluate(() => [localStorage.length, sessionStorage.length])).toEqual([0, 0])
 })
 
-test.if(runs)('the empty webhooks page says what to do next', async () => {
+test.if(runs)('the empty overview and the empty webhooks page say what to do next', async () => {
+  await page.locator('#attention-title').waitFor()
+  expect(await page.textContent('.empty')).toContain('No webhooks yet')
+  expect(await page.getByRole('link', { name: 'Create one' }).count()).toBe(1)
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
+  await goTo('Webhooks')
   expect(await page.textContent('.empty')).toContain('No webhooks yet')
   expect(await page.getByRole('link', { name: 'Create your first webhook' }).count()).toBe(1)
-  expect(await seriousAccessibilityViolations()).toEqual([])
-  await screenshot('webhooks-empty')
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
+  await screenshot(page, 'webhooks-empty')
 })
 
 let okHookPath = ''
@@ -108,10 +90,10 @@ let okHookPath = ''
 test.if(runs)('create a webhook, see its secret once, send a test event and find it in the delivery log', async () => {
   await page.getByRole('link', { name: 'New webhook' }).click()
   await page.getByRole('heading', { level: 1, name: 'New webhook' }).waitFor()
-  expect(await seriousAccessibilityViolations()).toEqual([])
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
   await page.selectOption('#event', 'message.delivered')
   await page.fill('#target_url', `${receiver.origin}/ok`)
-  await screenshot('webhook-new')
+  await screenshot(page, 'webhook-new')
   await page.getByRole('button', { name: 'Create webhook' }).click()
   await page.getByRole('heading', { level: 1, name: 'Webhook created' }).waitFor()
   const secret = await page.textContent('#secret-value')
@@ -134,8 +116,8 @@ test.if(runs)('create a webhook, see its secret once, send a test event and find
   expect(await delivery.textContent()).toContain('test')
   await delivery.getByRole('button', { name: 'Attempts' }).click()
   await delivery.getByText('HTTP 200 in').first().waitFor()
-  expect(await seriousAccessibilityViolations()).toEqual([])
-  await screenshot('webhook')
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
+  await screenshot(page, 'webhook')
 })
 
 test.if(runs)('a failed delivery is retried from the page and succeeds', async () => {
@@ -165,7 +147,7 @@ test.if(runs)('a failed delivery is retried from the page and succeeds', async (
   expect(receiver.received.filter((request) => request.path === '/flaky')).toHaveLength(2)
   // Both attempts, in order, each with its answer.
   expect(await delivery.locator('ol.attempts li').allTextContents()).toEqual([expect.stringContaining('HTTP 500'), expect.stringContaining('HTTP 200')])
-  await screenshot('webhook-deliveries')
+  await screenshot(page, 'webhook-deliveries')
 })
 
 test.if(runs)('a filter: typed as numbers on create, shown on the page, changed and removed in the settings; a bad number is named', async () => {
@@ -183,7 +165,7 @@ test.if(runs)('a filter: typed as numbers on create, shown on the page, changed 
   await page.locator('#filter-fact').waitFor()
   expect(await page.textContent('#filter-fact')).toBe('only recipients +14155550101, +14155550102')
   expect(await page.inputValue('#edit-filter')).toBe('+14155550101\n+14155550102')
-  expect(await seriousAccessibilityViolations()).toEqual([])
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
 
   await page.fill('#edit-filter', '+14155550103')
   await page.getByRole('button', { name: 'Save' }).click()
@@ -211,10 +193,7 @@ test.if(runs)('edit, pause and resume a webhook, rotate its secret, then delete 
   await page.goto('about:blank')
   await page.goto(`${server.origin}/dashboard${okHookPath}`)
   // A reload drops the in-memory tokens: signing in again goes through the consent page.
-  await page.waitForURL((url) => url.pathname === '/v0/auth/authorize')
-  await page.fill('#email', fixture.email)
-  await page.fill('#password', fixture.password)
-  await Promise.all([page.waitForURL((url) => url.pathname === '/dashboard'), page.click('#allow')])
+  await signInOnConsentPage(page, fixture)
   await page.getByRole('button', { name: 'Send test event' }).waitFor()
   expect(new URL(page.url()).hash).toBe(okHookPath)
 
@@ -245,8 +224,8 @@ test.if(runs)('edit, pause and resume a webhook, rotate its secret, then delete 
   await page.getByRole('heading', { level: 1, name: 'Webhooks' }).waitFor()
   expect(await page.textContent('[role=status]')).toContain(`Deleted the webhook to ${receiver.origin}/ok`)
   await page.waitForFunction(() => document.querySelectorAll('#webhooks tbody tr').length === 1)
-  expect(await seriousAccessibilityViolations()).toEqual([])
-  await screenshot('webhooks')
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
+  await screenshot(page, 'webhooks')
 })
 
 test.if(runs)('an API key: created with its secret shown once, used, listed with its last use, revoked and then refused', async () => {
@@ -263,8 +242,8 @@ test.if(runs)('an API key: created with its secret shown once, used, listed with
   expect(await row.textContent()).toContain(secret.slice(0, 12))
   expect(await row.textContent()).not.toContain(secret)
   expect(await row.locator('td[data-label="Last used"] time').count()).toBe(1)
-  expect(await seriousAccessibilityViolations()).toEqual([])
-  await screenshot('api-keys')
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
+  await screenshot(page, 'api-keys')
 
   await row.getByRole('button', { name: 'Revoke' }).click()
   await row.getByRole('button', { name: 'Revoke key' }).click()
@@ -287,8 +266,8 @@ test.if(runs)('an agent connected through OAuth is listed under Connected apps, 
   // This page's own session is marked; the earlier sign-in (before the reload) is another session.
   expect(await page.locator('#grants li.grant', { hasText: 'this session' }).count()).toBe(1)
   expect(await page.locator('#grants li.grant', { hasText: 'another session' }).count()).toBe(1)
-  expect(await seriousAccessibilityViolations()).toEqual([])
-  await screenshot('connected-apps')
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
+  await screenshot(page, 'connected-apps')
 
   await card.getByRole('button', { name: 'Revoke access' }).click()
   await card.getByRole('button', { name: 'Revoke', exact: true }).click()
@@ -316,8 +295,8 @@ test.if(runs)("an agent's MCP event subscriptions are shown with its grant, and 
   expect(await row.getAttribute('data-subscription-id')).toBe(id)
   expect(await row.textContent()).toContain('from +14155550123')
   expect(await row.textContent()).toContain(`${receiver.origin}/agent`)
-  expect(await seriousAccessibilityViolations()).toEqual([])
-  await screenshot('connected-apps-events')
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
+  await screenshot(page, 'connected-apps-events')
 
   await row.getByRole('button', { name: 'End', exact: true }).click()
   await row.getByRole('button', { name: 'End subscription' }).click()
@@ -338,8 +317,8 @@ test.if(runs)('the event log lists what happened, filtered by type', async () =>
   await page.selectOption('#event-type', 'message.failed')
   await page.waitForFunction(() => [...document.querySelectorAll('#events tbody tr td[data-label="Type"]')].every((cell) => cell.textContent === 'message.failed'))
   expect(await page.locator('#events tbody tr').count()).toBeGreaterThan(0)
-  expect(await seriousAccessibilityViolations()).toEqual([])
-  await screenshot('events')
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
+  await screenshot(page, 'events')
 })
 
 test.if(runs)('a problem from the API is shown in words with its request id', async () => {
@@ -355,7 +334,7 @@ test.if(runs)('a problem from the API is shown in words with its request id', as
 
 test.if(runs)('at 390 px wide every page fits without sideways scrolling', async () => {
   await page.setViewportSize({ width: 390, height: 844 })
-  for (const section of ['Webhooks', 'API keys', 'Connected apps', 'Events']) {
+  for (const section of ['Overview', 'Webhooks', 'API keys', 'Connected apps', 'Events']) {
     await goTo(section)
     await page.waitForLoadState('networkidle')
     expect({ section, width: await page.evaluate(() => document.documentElement.scrollWidth) }).toEqual({ section, width: 390 })
@@ -365,12 +344,12 @@ test.if(runs)('at 390 px wide every page fits without sideways scrolling', async
   await page.getByRole('heading', { level: 2, name: 'Deliveries' }).waitFor()
   await page.waitForLoadState('networkidle')
   expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBe(390)
-  await screenshot('webhook-390px')
+  await screenshot(page, 'webhook-390px')
   await page.setViewportSize({ width: 1200, height: 900 })
 })
 
 test.if(runs)('nothing is loaded from elsewhere and nothing broke the CSP', async () => {
-  expect(requested.filter((url) => new URL(url).origin !== server.origin)).toEqual([])
+  expect(elsewhere(server, requested)).toEqual([])
   expect(consoleErrors.filter((text) => /Content Security Policy|Refused to/i.test(text))).toEqual([])
 })
 
@@ -387,5 +366,5 @@ test.if(runs)('sign out revokes the session: the page offers to sign in again', 
   await page.getByRole('button', { name: 'Sign out' }).click()
   await page.getByText('You are signed out.').waitFor()
   expect(await page.getByRole('button', { name: 'Sign in' }).count()).toBe(1)
-  expect(await seriousAccessibilityViolations()).toEqual([])
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
 })

@@ -10,12 +10,14 @@ import { AppsPage } from './pages/apps.tsx'
 import { EventsPage } from './pages/events.tsx'
 import { KeysPage } from './pages/keys.tsx'
 import { NewWebhookPage } from './pages/new-webhook.tsx'
+import { OverviewPage } from './pages/overview.tsx'
 import { WebhookPage } from './pages/webhook.tsx'
 import { WebhooksPage } from './pages/webhooks.tsx'
 
 type Phase = { kind: 'starting' } | { kind: 'signed-out'; message: string | null } | { kind: 'failed'; error: unknown } | { kind: 'ready'; account: Account }
 
 const SECTIONS: { route: Route; label: string }[] = [
+  { route: { page: 'overview' }, label: 'Overview' },
   { route: { page: 'webhooks' }, label: 'Webhooks' },
   { route: { page: 'keys' }, label: 'API keys' },
   { route: { page: 'apps' }, label: 'Connected apps' },
@@ -27,6 +29,8 @@ const sectionOf = (route: Route): Route['page'] => (route.page === 'new-webhook'
 function CurrentPage({ route, accountId }: { route: Route; accountId: string }) {
   const flash = takeFlash()
   switch (route.page) {
+    case 'overview':
+      return <OverviewPage accountId={accountId} />
     case 'webhooks':
       return <WebhooksPage accountId={accountId} flash={flash} />
     case 'new-webhook':

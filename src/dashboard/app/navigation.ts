@@ -1,5 +1,6 @@
 /** The dashboard's places, in the URL's fragment: the server serves one page, and a reload comes back to the same place. */
 export type Route =
+  | { page: 'overview' }
   | { page: 'webhooks' }
   | { page: 'new-webhook' }
   | { page: 'webhook'; hookId: string }
@@ -11,10 +12,12 @@ export function parseRoute(hash: string): Route {
   const parts = hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent)
   if (parts[0] === 'webhooks' && parts[1] === 'new') return { page: 'new-webhook' }
   if (parts[0] === 'webhooks' && parts[1]) return { page: 'webhook', hookId: parts[1] }
+  if (parts[0] === 'webhooks') return { page: 'webhooks' }
   if (parts[0] === 'keys') return { page: 'keys' }
   if (parts[0] === 'apps') return { page: 'apps' }
   if (parts[0] === 'events') return { page: 'events' }
-  return { page: 'webhooks' }
+  // The page after signing in, and where an unknown place lands.
+  return { page: 'overview' }
 }
 
 export const hrefOf = (route: Route): string => {
