@@ -1,6 +1,6 @@
 import { mkdirSync, readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
-import { chromium, type Browser, type Page } from 'playwright-core'
+import { chromium, type Browser, type Locator, type Page } from 'playwright-core'
 import type { TestServer } from '../support/server.ts'
 
 // What the dashboard's browser tests share: Debian's chromium driven by playwright-core, axe-core
@@ -36,12 +36,13 @@ export async function signInOnConsentPage(page: Page, user: { email: string; pas
   await Promise.all([page.waitForURL((url) => url.pathname === '/dashboard'), page.click('#allow')])
 }
 
-/** With SCREENSHOTS_DIR set, the page as it is now, saved there for the docs. */
-export async function screenshot(page: Page, name: string): Promise<void> {
+/** With SCREENSHOTS_DIR set, the page as it is now (or only `part` of it), saved there for the docs. */
+export async function screenshot(page: Page, name: string, part?: Locator): Promise<void> {
   const dir = process.env.SCREENSHOTS_DIR
   if (!dir) return
   mkdirSync(dir, { recursive: true })
-  await page.screenshot({ path: `${dir}/${name}.png`, fullPage: true })
+  const path = `${dir}/${name}.png`
+  await (part ? part.screenshot({ path }) : page.screenshot({ path, fullPage: true }))
 }
 
 /** The origin every request of the page must have gone to. */

@@ -1,10 +1,10 @@
 import { useEffect, useRef } from 'preact/hooks'
-import { BarController, BarElement, CategoryScale, Chart, Legend, LinearScale, LineController, LineElement, PointElement, Tooltip, type ChartConfiguration } from 'chart.js'
+import { BarController, BarElement, CategoryScale, Chart, LinearScale, LineController, LineElement, PointElement, Tooltip, type ChartConfiguration } from 'chart.js'
 
 // Only the parts the dashboard draws, so the bundle carries no other chart type. Chart.js sizes its
 // canvas through the CSSOM (element.style), which the page's CSP allows: it injects no stylesheet
 // and evaluates no code.
-Chart.register(BarController, BarElement, LineController, LineElement, PointElement, CategoryScale, LinearScale, Legend, Tooltip)
+Chart.register(BarController, BarElement, LineController, LineElement, PointElement, CategoryScale, LinearScale, Tooltip)
 Chart.defaults.font.family = 'system-ui, sans-serif'
 Chart.defaults.color = '#4a5365'
 
@@ -55,7 +55,6 @@ export function chartOptions(yTitle: string, stacked: boolean): ChartSpec['optio
     maintainAspectRatio: false,
     animation: false,
     interaction: { mode: 'index', intersect: false },
-    plugins: { legend: { display: false } },
     scales: {
       x: { stacked, ticks: { maxRotation: 0, autoSkipPadding: 12 }, grid: { display: false } },
       y: { stacked, beginAtZero: true, title: { display: true, text: yTitle }, ticks: { precision: 0 } },

@@ -93,7 +93,7 @@ export function latencyChart(buckets: HookStats['buckets'], range: Range): Chart
     data: buckets.map((bucket) => (bucket.latency_ms ? pick(bucket.latency_ms) : null)),
     borderColor: color,
     backgroundColor: color,
-    pointRadius: 2,
+    pointRadius: 3,
     spanGaps: false,
   })
   return {

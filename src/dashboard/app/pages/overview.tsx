@@ -59,7 +59,7 @@ function messagesChart(buckets: AccountStats['buckets'], range: Range): ChartSpe
     data: buckets.map((bucket) => pick(bucket.messages)),
     borderColor: color,
     backgroundColor: color,
-    pointRadius: 2,
+    pointRadius: 3,
   })
   return {
     type: 'line',
