@@ -8,7 +8,7 @@ import { browserTestsRun as runs, elsewhere, launchChromium, screenshot, serious
 // The account overview and a subscription's charts (issue 34), in Debian's chromium on the real
 // service, with figures made through the public API by a real HTTPS receiver: every number the
 // pages show is checked against the stats API's answer to the very range the page asked for.
-// SCREENSHOTS_DIR=docs/images saves the pages docs/dashboard.md shows.
+// SCREENSHOTS_DIR=docs/dashboard saves the pages docs/dashboard.md shows.
 setDefaultTimeout(60_000)
 
 // /mixed fails its first two requests (503), then answers after a short wait so latency has a
@@ -219,7 +219,7 @@ test.if(runs)('the overview is the page after signing in, and shows the account 
   expect(await pixelsOf('chart-attempts', RED)).toBeGreaterThan(0)
   expect(await pixelsOf('chart-messages', BLUE)).toBeGreaterThan(0)
   expect(await page.getAttribute('#chart-attempts', 'aria-label')).toContain(`${stats.totals.succeeded} succeeded and ${stats.totals.failed} failed`)
-  await screenshot(page, 'dashboard-overview')
+  await screenshot(page, 'overview')
 
   // Each chart's table alternative holds the API's buckets.
   await openTable('Webhook attempts per hour as a table')
@@ -313,7 +313,7 @@ test.if(runs)('at 390 px wide the overview and a subscription with its charts an
   await page.locator('#attention').waitFor()
   await page.waitForLoadState('networkidle')
   expect(await fitsAt390()).toBe(390)
-  await screenshot(page, 'dashboard-overview-390px')
+  await screenshot(page, 'overview-390px')
   await openTable('Webhook attempts per hour as a table')
   await openTable('Messages per hour as a table')
   expect(await fitsAt390()).toBe(390)
