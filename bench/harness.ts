@@ -479,6 +479,7 @@ export function median(xs: number[]): number {
 export interface Percentiles {
   n: number
   p50: number
+  p95: number
   p99: number
   max: number
 }
@@ -487,7 +488,7 @@ export interface Percentiles {
 export function percentiles(values: ArrayLike<number>): Percentiles {
   const s = Float64Array.from(values).sort()
   const rank = (q: number) => (s.length ? s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]! : Number.NaN)
-  return { n: s.length, p50: rank(0.5), p99: rank(0.99), max: s.length ? s[s.length - 1]! : Number.NaN }
+  return { n: s.length, p50: rank(0.5), p95: rank(0.95), p99: rank(0.99), max: s.length ? s[s.length - 1]! : Number.NaN }
 }
 
 /** A plain-text table: the first column left-aligned, the others right-aligned. */

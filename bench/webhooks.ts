@@ -51,6 +51,13 @@
  *           Unless --skip-many, also 10,000 subscriptions (100 accounts × 100, 20,000 deliveries) on
  *           the empty and on the full database (full ≥ 0.9 × empty). What a phase leaves undelivered
  *           after --drain is canceled by SQL, so that it does not weigh on what follows.
+ *   stats   PostgreSQL. One account, 100 subscriptions (one busy to message.delivered, 99 to message.failed at a
+ *           closed port: retried after 2 h); a warm-up whose rollups the service writes, recomputed by this bench's SQL
+ *           (bench/stats.ts: every row must match); the 99 paused; then --rows (10,000,000) attempts over 7 days (90 % the busy one's,
+ *           2 % failed and retried 5 s later) with their events and deliveries, and the rollups they imply, by SQL.
+ *           GET …/hooks/{busy}/stats and GET …/stats at interval=minute over the last 24 h (1,440 buckets), checked
+ *           against the attempt log, then 1 and --clients (4) clients for --seconds each (closed loop): requests/s,
+ *           p50/p95/p99 (target p99 < 50 ms); in process: EXPLAIN ANALYZE, the query, the service, JSON.stringify.
  *
  * Options: --concurrency 64, --seconds 10, --rate-one 2000, --fair-rate 100, --fair-seconds 10,
  * --slow-ms 2000, --drain (30 s for basic, 180 for the others), --otlp (traces on, 100 % sampled, to
@@ -67,7 +74,9 @@ import { createAccount, createUser } from '../src/accounts/service.ts'
 import { createApiKey } from '../src/auth/api-keys.ts'
 import { deleteExpiredEvents } from '../src/delivery/retention.ts'
 import { postgresDatabase } from '../src/lib/db/client.ts'
+import { readAccountStats, readHookStats } from '../src/stats/service.ts'
 import { DroppedError, HttpPool } from './http-client.ts'
+import { closedGets, FAILURE, impliedRollups, seedAttempts, whereTimeGoes } from './stats.ts'
 import {
   BUN, call, childEnv, commandLine, connect, epochNow, expectStatus, fail, fmtCores, fmtFixed, fmtInt, fmtMs, freePort, onCleanup, percentiles,
   postgresCpuSeconds, printMachine, printProblems, printTable, processCpuSeconds, redact, runCommand, runMain, serverProblems, sleep, startCpu,
@@ -95,13 +104,14 @@ const cli = commandLine(import.meta.url, {
   requests: { type: 'string', default: '200' },
   'skip-many': { type: 'boolean', default: false },
   'agent-rate': { type: 'string', default: '200' },
+  clients: { type: 'string', default: '4' },
   otlp: { type: 'boolean', default: false },
 })
 const OTLP = cli.flag('otlp') ? startOtlpSink() : undefined
-const SCENARIO = cli.choice('scenario', ['basic', 'storm', 'growth', 'fanout', 'rows', 'agent'])
+const SCENARIO = cli.choice('scenario', ['basic', 'storm', 'growth', 'fanout', 'rows', 'agent', 'stats'])
 const DATABASE = cli.choice('database', ['postgres', 'pglite'])
 const PG = DATABASE === 'postgres'
-if (!PG && (SCENARIO === 'growth' || SCENARIO === 'rows')) {
+if (!PG && ['growth', 'rows', 'stats'].includes(SCENARIO)) {
   console.error(`bench/webhooks.ts: --scenario ${SCENARIO} needs PostgreSQL (it reads and writes the database itself)`)
   process.exit(2)
 }
@@ -122,6 +132,7 @@ const MINUTES = cli.integer('minutes', 1, 120)
 const ROWS = cli.integer('rows', 1000, 100_000_000)
 const REQUESTS = cli.integer('requests', 10, 10_000)
 const AGENT_RATE = cli.integer('agent-rate', 1, 5000)
+const CLIENTS = cli.integer('clients', 1, 64)
 const ADMIN_URL = cli.loopbackUrl(process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres', 'DATABASE_URL')
 
 const WATCHDOG_S = {
@@ -131,6 +142,7 @@ const WATCHDOG_S = {
   fanout: 240 + DRAIN_MS / 1000,
   rows: 900 + Math.ceil(ROWS / 2500),
   agent: 240 + SECONDS + DRAIN_MS / 1000,
+  stats: 600 + Math.ceil(ROWS / 2500) + 4 * SECONDS,
 }[SCENARIO]
 
 const started = Date.now()
@@ -804,14 +816,64 @@ async function agent(rig: Rig, summary: Summary): Promise<void> {
   )
 }
 
+async function stats(rig: Rig, summary: Summary): Promise<void> {
+  const sql = rig.sql!
+  const [account] = (await makeAccounts(rig, 1)) as [Account]
+  const refuse = `https://localhost:${freePort()}/refuse`
+  const hooks = await subscribe(rig, [{ account, event: 'message.delivered', url: `${rig.receiver.origin}/one` }])
+  hooks.push(...(await subscribe(rig, Array.from({ length: 99 }, (_, i) => ({ account, event: 'message.failed', url: `${refuse}/${i}` })), 8)))
+  const busy = hooks[0]!.id
+  await measure(rig, { label: 'warm-up', groups: ['one'], fan: 1, load: () => closedLoop(rig, [{ account }], 3, 2000) })
+  await closedLoop(rig, [{ account, to: '+14155550000' }], 10, 2) // 2 failed messages: 198 attempts refused (3 in a row would open a circuit)
+  for (let i = 0; (await sql`select count(*)::int as n from delivery_attempts where hook_id <> ${busy}`)[0]!.n < 198; i++) if (i > 300) fail('the warm-up\'s 198 refused attempts were not all recorded within 30 s'); else await sleep(100)
+  await sql`update hooks set status = 'paused' where account_id = ${account.id} and id <> ${busy}`
+  await sleep(1000)
+  const check = await impliedRollups(sql, false)
+  log(`warm-up: the service wrote ${check.hooks} hook_stats and ${check.accounts} account_stats rows; this bench's SQL, from the attempt log, events and messages: ${check.differences} rows differ`)
+  summary.push(target('stats: rollups recomputed by bench/stats.ts from the warm-up, rows differing from the service\'s', String(check.differences), '0', check.differences === 0))
+  const end = new Date(Math.floor(Date.now() / 60_000) * 60_000)
+  const [sample] = await sql`select id, payload from events where account_id = ${account.id} and type = 'message.delivered' limit 1`
+  const t0 = performance.now()
+  log(`seeding ${fmtInt(ROWS)} attempts over the 7 days before ${end.toISOString()} with their events and deliveries (batches of 500,000), then their rollups and VACUUM ANALYZE`)
+  await seedAttempts(sql, { accountId: account.id, hookIds: hooks.map((h) => h.id), total: ROWS, days: 7, end, payload: { id: sample!.id, text: sample!.payload }, log })
+  const built = await impliedRollups(sql, true)
+  await sql`vacuum analyze events, deliveries, delivery_attempts, hook_stats, account_stats`
+  const keys = await sql`select unit, count(*)::int as n, avg((select count(*) from jsonb_object_keys(latency)))::float8 as k from hook_stats where hook_id = ${busy} group by 1 order by 2 desc`
+  log(`  done in ${((performance.now() - t0) / 1000).toFixed(0)} s: ${fmtInt(built.hooks)} hook_stats and ${fmtInt(built.accounts)} account_stats rows; the busy subscription's: ${keys.map((r) => `${fmtInt(r.n)} ${r.unit} rows of ${fmtFixed(r.k, 1)} latency buckets`).join(', ')}`)
+  const [since, until] = [new Date(end.getTime() - 86_400_000), end]
+  const q = `&interval=minute&since=${since.toISOString()}&until=${until.toISOString()}`
+  const range = { interval: 'minute' as const, since, until }
+  const handle = postgresDatabase(rig.store.database!.url.href, { max: 1 })
+  onCleanup(() => handle.close())
+  for (const [name, path, key, id, table, cols, read] of [
+    ['hooks/{busy}/stats', keyed(account, `/hooks/${busy}/stats`) + q, 'hook_id', busy, 'hook_stats', '', () => readHookStats(handle.db, account.id, busy, range)],
+    ['stats', keyed(account, '/stats') + q, 'account_id', account.id, 'account_stats', ', messages_sent, events', () => readAccountStats(handle.db, account.id, range)],
+  ] as const) {
+    const body = await expectStatus(200, 'GET', `${rig.server.origin}${path}`)
+    const [log_] = await sql.unsafe(`select count(*)::int as attempts, (count(*) filter (where (${FAILURE}) is null))::int as succeeded, percentile_disc(array[0.5, 0.95, 0.99]) within group (order by a.duration_ms) as p
+      from delivery_attempts a join hooks h on h.id = a.hook_id where ${key === 'hook_id' ? 'a.hook_id' : 'h.account_id'} = $1 and a.attempted_at >= $2 and a.attempted_at < $3`, [id, since, until])
+    const l = body.totals.latency_ms
+    log(`GET …/${name}?interval=minute, ${body.buckets.length} buckets: attempts ${fmtInt(body.totals.attempts)}, succeeded ${fmtInt(body.totals.succeeded)}, p50/p95/p99 ${l.p50}/${l.p95}/${l.p99} ms; the attempt log: ${fmtInt(log_!.attempts)}, ${fmtInt(log_!.succeeded)}, ${log_!.p.join('/')} ms`)
+    summary.push(target(`stats: …/${name} totals = the attempt log's (p50/p95/p99 within 5 %)`, `${fmtInt(body.totals.attempts)} / ${fmtInt(log_!.attempts)}`, 'equal', body.totals.attempts === log_!.attempts && body.totals.succeeded === log_!.succeeded && [l.p50, l.p95, l.p99].every((p: number, i: number) => Math.abs(p / log_!.p[i] - 1) <= 0.05)))
+    for (const clients of [1, CLIENTS]) {
+      const r = await closedGets(rig.server.origin, path, { clients, seconds: SECONDS, serverPid: rig.server.proc.pid, database: rig.store.database!.name })
+      log(`  ${clients} client${clients > 1 ? 's' : ''}, ${SECONDS} s: ${fmtInt(r.rps)} requests/s, p50 ${fmtMs(r.p50)}, p95 ${fmtMs(r.p95)}, p99 ${fmtMs(r.p99)}, max ${fmtMs(r.max)} (n=${fmtInt(r.n)}); CPU per request: server ${fmtInt(r.perRequest('server'))} µs, PostgreSQL ${fmtInt(r.perRequest('postgres'))} µs; cores: ${fmtCores(r.cpu)}`)
+      summary.push(target(`stats: GET …/${name}, 1,440 minutes, ${clients} client${clients > 1 ? 's' : ''}: p50 / p95 / p99 (${fmtInt(r.rps)} req/s)`, `${fmtMs(r.p50)} / ${fmtMs(r.p95)} / ${fmtMs(r.p99)}`, 'p99 < 50 ms', r.p99 < 50))
+    }
+    const text = `select bucket, attempts, succeeded, failures, latency${cols} from ${table} where ${key} = $1 and unit = 'minute' and bucket >= $2 and bucket < $3`
+    log(`  in this process, medians of 20: ${await whereTimeGoes(sql, text, [id, since, until], read)}`)
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 async function main(): Promise<number> {
   const workDir = tempDir('bench-webhooks-')
-  const settings: Record<string, string> = SCENARIO === 'storm' ? { HOOKS_PER_ACCOUNT: String(Math.max(100, BROKEN)) } : {}
+  // stats: the warm-up's refused deliveries are retried after the run (their subscriptions are paused meanwhile too).
+  const settings: Record<string, string> = SCENARIO === 'storm' ? { HOOKS_PER_ACCOUNT: String(Math.max(100, BROKEN)) } : SCENARIO === 'stats' ? { WEBHOOK_RETRY_SCHEDULE: '0,2h' } : {}
   const rig = await startRig(workDir, settings)
   const summary: Summary = summaryHead()
-  await { basic, storm, growth, fanout, rows, agent }[SCENARIO](rig, summary)
+  await { basic, storm, growth, fanout, rows, agent, stats }[SCENARIO](rig, summary)
   await stopChild(rig.server.proc)
   const problems = await serverProblems(rig.server, 0, SCENARIO === 'storm')
   console.log(`\nSummary: --scenario ${SCENARIO}, ${PG ? 'PostgreSQL' : 'PGlite'}, ${new Date().toISOString()}`)
