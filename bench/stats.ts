@@ -2,7 +2,7 @@
  * bench/webhooks.ts --scenario stats (issue 34): delivery attempts seeded by SQL with the health
  * rollups they imply, and GET …/stats read back under a bounded closed loop.
  */
-import { addCounts, EXACT_UP_TO, GROWTH, percentiles as histogramPercentiles, type Counts } from '../src/stats/histogram.ts'
+import { EXACT_UP_TO, GROWTH, HistogramSum, parseHistogram, percentiles as histogramPercentiles } from '../src/stats/histogram.ts'
 import { HttpPool } from './http-client.ts'
 import { fail, fmtInt, median, percentiles, postgresCpuSeconds, processCpuSeconds, startCpu, type Sql } from './harness.ts'
 
@@ -108,23 +108,28 @@ export async function medianMs(runs: number, f: () => unknown): Promise<number> 
 
 /**
  * Where a GET …/stats spends its time, measured in this process (medians of 20): the rollup query `text` in PostgreSQL
- * (EXPLAIN ANALYZE), fetched with its jsonb as text and parsed (postgres-js), its histograms merged per bucket and into the
- * totals and their percentiles read (src/stats/histogram.ts, as the service does), the service function `read`, JSON.stringify.
+ * (EXPLAIN ANALYZE), fetched (postgres-js, latency as text, as the service reads it), the histograms scanned
+ * (parseHistogram), their percentiles per bucket and the totals' merge (src/stats/histogram.ts, as the service does),
+ * the service function `read`, JSON.stringify.
  */
 export async function whereTimeGoes(sql: Sql, text: string, params: unknown[], read: () => Promise<unknown>): Promise<string> {
   const [plan] = (await sql.unsafe(`explain (analyze, buffers, format json) ${text}`, params as never[]))[0]!['QUERY PLAN']
   const rows = await sql.unsafe(text, params as never[])
-  const [merged, total, answer] = [rows.map((r) => addCounts({}, r.latency)), rows.reduce<Counts>((t, r) => addCounts(t, r.latency), {}), await read()]
+  const [histograms, answer] = [rows.map((r) => parseHistogram(r.latency)), await read()]
   const ms = {
-    asText: await medianMs(20, () => sql.unsafe(text.replace(/(failures|latency|events)/g, '$1::text'), params as never[])),
-    parsed: await medianMs(20, () => sql.unsafe(text, params as never[])),
-    merge: await medianMs(20, () => rows.reduce<Counts>((t, r) => (addCounts(addCounts({}, r.failures), r.failures), addCounts({}, r.latency), addCounts(t, r.latency)), {})),
-    percentiles: await medianMs(20, () => [...merged, total].map(histogramPercentiles)),
+    fetched: await medianMs(20, () => sql.unsafe(text, params as never[])),
+    scanned: await medianMs(20, () => rows.map((r) => parseHistogram(r.latency))),
+    percentiles: await medianMs(20, () => histograms.map(histogramPercentiles)),
+    totals: await medianMs(20, () => {
+      const sum = new HistogramSum()
+      for (const histogram of histograms) sum.add(histogram)
+      return sum.percentiles()
+    }),
     service: await medianMs(20, read),
     stringify: await medianMs(20, () => JSON.stringify(answer)),
   }
   const f = (n: number) => `${n.toFixed(1)} ms`
   return `the query ${f(plan['Execution Time'])} in PostgreSQL (${fmtInt(plan.Plan['Actual Rows'])} rows, ${fmtInt(plan.Plan['Shared Hit Blocks'] + plan.Plan['Shared Read Blocks'])} buffers), ` +
-    `fetched ${f(ms.asText)} with jsonb as text, ${f(ms.parsed)} parsed; merging ${f(ms.merge)}; percentiles of ${fmtInt(merged.length + 1)} histograms ${f(ms.percentiles)}; ` +
+    `fetched ${f(ms.fetched)}; ${fmtInt(histograms.length)} histograms scanned ${f(ms.scanned)}, their percentiles ${f(ms.percentiles)}, merged into the totals ${f(ms.totals)}; ` +
     `the service function ${f(ms.service)}; JSON.stringify of its ${fmtInt(JSON.stringify(answer).length / 1024)} KB answer ${f(ms.stringify)}`
 }

@@ -860,7 +860,7 @@ async function stats(rig: Rig, summary: Summary): Promise<void> {
       log(`  ${clients} client${clients > 1 ? 's' : ''}, ${SECONDS} s: ${fmtInt(r.rps)} requests/s, p50 ${fmtMs(r.p50)}, p95 ${fmtMs(r.p95)}, p99 ${fmtMs(r.p99)}, max ${fmtMs(r.max)} (n=${fmtInt(r.n)}); CPU per request: server ${fmtInt(r.perRequest('server'))} µs, PostgreSQL ${fmtInt(r.perRequest('postgres'))} µs; cores: ${fmtCores(r.cpu)}`)
       summary.push(target(`stats: GET …/${name}, 1,440 minutes, ${clients} client${clients > 1 ? 's' : ''}: p50 / p95 / p99 (${fmtInt(r.rps)} req/s)`, `${fmtMs(r.p50)} / ${fmtMs(r.p95)} / ${fmtMs(r.p99)}`, 'p99 < 50 ms', r.p99 < 50))
     }
-    const text = `select bucket, attempts, succeeded, failures, latency${cols} from ${table} where ${key} = $1 and unit = 'minute' and bucket >= $2 and bucket < $3`
+    const text = `select bucket, attempts, succeeded, failures, latency::text as latency${cols} from ${table} where ${key} = $1 and unit = 'minute' and bucket >= $2 and bucket < $3`
     log(`  in this process, medians of 20: ${await whereTimeGoes(sql, text, [id, since, until], read)}`)
   }
 }

@@ -38,25 +38,94 @@ export interface Percentiles {
   p99: number
 }
 
+/** A histogram as read back: bucket indexes in ascending order, each with its count. */
+export interface Histogram {
+  indexes: number[]
+  counts: number[]
+}
+
+const QUOTE = 34
+const DIGIT_0 = 48
+const DIGIT_9 = 57
+
+/**
+ * Reads a latency histogram as PostgreSQL prints a jsonb map, `{"40": 12, "41": 7}`: a thousand
+ * of them per answer, scanned in one pass rather than built as objects (docs/performance.md).
+ * jsonb prints keys shorter first, then byte by byte, which for these integer keys is ascending;
+ * should that ever not hold, the pairs are sorted.
+ */
+export function parseHistogram(text: string): Histogram {
+  const indexes: number[] = []
+  const counts: number[] = []
+  let ordered = true
+  for (let at = 0; at < text.length; ) {
+    if (text.charCodeAt(at) !== QUOTE) {
+      at++
+      continue
+    }
+    let index = 0
+    for (at++; text.charCodeAt(at) !== QUOTE; at++) index = index * 10 + text.charCodeAt(at) - DIGIT_0
+    let code = text.charCodeAt(++at)
+    while (code < DIGIT_0 || code > DIGIT_9) code = text.charCodeAt(++at)
+    let count = 0
+    for (; code >= DIGIT_0 && code <= DIGIT_9; code = text.charCodeAt(++at)) count = count * 10 + code - DIGIT_0
+    if (indexes.length > 0 && index <= indexes[indexes.length - 1]!) ordered = false
+    indexes.push(index)
+    counts.push(count)
+  }
+  if (ordered) return { indexes, counts }
+  const order = indexes.map((_, i) => i).sort((a, b) => indexes[a]! - indexes[b]!)
+  return { indexes: order.map((i) => indexes[i]!), counts: order.map((i) => counts[i]!) }
+}
+
+/** A histogram from a count map, as the rollups write it. */
+export function histogramOf(map: Counts): Histogram {
+  const indexes = Object.keys(map).map(Number).sort((a, b) => a - b)
+  return { indexes, counts: indexes.map((index) => map[index]!) }
+}
+
+const QUANTILES = [0.5, 0.95, 0.99] as const
+
 /**
  * The 50th, 95th and 99th percentiles of a latency histogram by nearest rank (the value at rank
  * ⌈p·n⌉, as PostgreSQL's percentile_disc), or null when it holds nothing.
  */
-export function percentiles(histogram: Counts): Percentiles | null {
-  const buckets = Object.entries(histogram)
-    .map(([index, count]) => [Number(index), Number(count)] as const)
-    .filter(([, count]) => count > 0)
-    .sort((a, b) => a[0] - b[0])
-  const total = buckets.reduce((sum, [, count]) => sum + count, 0)
+export function percentiles({ indexes, counts }: Histogram): Percentiles | null {
+  let total = 0
+  for (const count of counts) total += count
   if (total === 0) return null
-  const at = (p: number): number => {
-    const rank = Math.ceil(p * total)
-    let seen = 0
-    for (const [index, count] of buckets) {
-      seen += count
-      if (seen >= rank) return bucketValue(index)
-    }
-    return bucketValue(buckets[buckets.length - 1]![0])
+  const values: number[] = []
+  let seen = 0
+  for (let i = 0; i < indexes.length && values.length < QUANTILES.length; i++) {
+    seen += counts[i]!
+    while (values.length < QUANTILES.length && seen >= Math.ceil(QUANTILES[values.length]! * total)) values.push(bucketValue(indexes[i]!))
   }
-  return { p50: at(0.5), p95: at(0.95), p99: at(0.99) }
+  return { p50: values[0]!, p95: values[1]!, p99: values[2]! }
+}
+
+/** Histograms added together in an array indexed by bucket: a range's totals add up a thousand of them. */
+export class HistogramSum {
+  private counts = new Float64Array(512)
+
+  add({ indexes, counts }: Histogram): void {
+    const last = indexes[indexes.length - 1] ?? 0
+    if (last >= this.counts.length) {
+      const grown = new Float64Array(Math.max(last + 1, this.counts.length * 2))
+      grown.set(this.counts)
+      this.counts = grown
+    }
+    for (let i = 0; i < indexes.length; i++) this.counts[indexes[i]!] = this.counts[indexes[i]!]! + counts[i]!
+  }
+
+  percentiles(): Percentiles | null {
+    const indexes: number[] = []
+    const counts: number[] = []
+    this.counts.forEach((count, index) => {
+      if (count > 0) {
+        indexes.push(index)
+        counts.push(count)
+      }
+    })
+    return percentiles({ indexes, counts })
+  }
 }

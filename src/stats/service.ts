@@ -4,7 +4,7 @@ import { queryRows, type Database } from '../lib/db/client.ts'
 import { isId } from '../lib/db/ids.ts'
 import { notFound, validationFailed } from '../lib/http/errors.ts'
 import { FAILURE_REASONS } from './failure-reasons.ts'
-import { addCounts, percentiles, type Counts } from './histogram.ts'
+import { addCounts, HistogramSum, parseHistogram, percentiles, type Counts, type Histogram } from './histogram.ts'
 import type { StatUnit } from './rollups.ts'
 import { MAX_BUCKETS, type AccountStatsSchema, type HookStatsSchema, type StatsQuery } from './schemas.ts'
 
@@ -51,66 +51,76 @@ interface RollupRow {
   attempts: number
   succeeded: number
   failures: Counts | string
-  latency: Counts | string
+  /** As text (latency::text): src/stats/histogram.ts parseHistogram. */
+  latency: string
   messages_sent?: number
   events?: Counts | string
 }
 
+/** A rollup row with its latency histogram read once (it is used for its bucket and for the totals). */
+type ReadRow = RollupRow & { histogram: Histogram }
+const readRows = (rows: RollupRow[]): ReadRow[] => rows.map((row) => ({ ...row, histogram: parseHistogram(row.latency) }))
+
 const counts = (value: Counts | string | undefined): Counts => (typeof value === 'string' ? JSON.parse(value) : (value ?? {}))
+const noFailures = (): Counts => Object.fromEntries(FAILURE_REASONS.map((reason) => [reason, 0]))
 
-/** Sums of rollup rows, with the merged histogram its percentiles are read from. */
-class Figures {
-  attempts = 0
-  succeeded = 0
-  failures: Counts = Object.fromEntries(FAILURE_REASONS.map((reason) => [reason, 0]))
-  latency: Counts = {}
-  sent = 0
-  events: Counts = {}
+type DeliveryFigures = HookStats['totals']
+type AccountFigures = AccountStats['totals']
 
-  add(row: RollupRow): void {
-    this.attempts += Number(row.attempts)
-    this.succeeded += Number(row.succeeded)
-    addCounts(this.failures, counts(row.failures))
-    addCounts(this.latency, counts(row.latency))
-    this.sent += Number(row.messages_sent ?? 0)
-    addCounts(this.events, counts(row.events))
+/** One rollup row's figures, or zeros; its percentiles read from its own histogram. */
+function deliveryFigures(row: ReadRow | undefined): DeliveryFigures {
+  if (!row) return { attempts: 0, succeeded: 0, failed: 0, failures: noFailures() as DeliveryFigures['failures'], latency_ms: null }
+  const attempts = Number(row.attempts)
+  const succeeded = Number(row.succeeded)
+  return { attempts, succeeded, failed: attempts - succeeded, failures: addCounts(noFailures(), counts(row.failures)) as DeliveryFigures['failures'], latency_ms: percentiles(row.histogram) }
+}
+
+function accountFigures(row: ReadRow | undefined): AccountFigures {
+  const events = counts(row?.events)
+  return { ...deliveryFigures(row), messages: messageFigures(Number(row?.messages_sent ?? 0), events), events }
+}
+
+const messageFigures = (sent: number, events: Counts) => ({
+  sent,
+  delivered: events['message.delivered'] ?? 0,
+  failed: events['message.failed'] ?? 0,
+  received: events['message.inbound'] ?? 0,
+})
+
+/** The range's rows added together: the counts, and the histograms into one (src/stats/histogram.ts, HistogramSum). */
+function totalsOf(rows: ReadRow[]): AccountFigures {
+  const latency = new HistogramSum()
+  const failures = noFailures()
+  const events: Counts = {}
+  let attempts = 0
+  let succeeded = 0
+  let sent = 0
+  for (const row of rows) {
+    attempts += Number(row.attempts)
+    succeeded += Number(row.succeeded)
+    sent += Number(row.messages_sent ?? 0)
+    addCounts(failures, counts(row.failures))
+    addCounts(events, counts(row.events))
+    latency.add(row.histogram)
   }
-
-  deliveries() {
-    return {
-      attempts: this.attempts,
-      succeeded: this.succeeded,
-      failed: this.attempts - this.succeeded,
-      failures: { ...this.failures } as HookStats['totals']['failures'],
-      latency_ms: percentiles(this.latency),
-    }
-  }
-
-  account() {
-    return {
-      ...this.deliveries(),
-      messages: { sent: this.sent, delivered: this.events['message.delivered'] ?? 0, failed: this.events['message.failed'] ?? 0, received: this.events['message.inbound'] ?? 0 },
-      events: { ...this.events },
-    }
+  return {
+    attempts,
+    succeeded,
+    failed: attempts - succeeded,
+    failures: failures as DeliveryFigures['failures'],
+    latency_ms: latency.percentiles(),
+    messages: messageFigures(sent, events),
+    events,
   }
 }
 
-/** The range's buckets, each with the figures of its rollup row (zeros when it has none), and their totals. */
-function bucketed(range: StatsRange, rows: RollupRow[]): { start: string; figures: Figures }[] & { totals: Figures } {
+/** Every bucket of the range, oldest first, with its row (none where nothing happened). */
+function bucketRows(range: StatsRange, rows: ReadRow[]): { start: string; row: ReadRow | undefined }[] {
   const unit = UNIT_MS[range.interval]
   const byStart = new Map(rows.map((row) => [new Date(row.bucket).getTime(), row]))
-  const totals = new Figures()
   const buckets = []
-  for (let start = range.since.getTime(); start < range.until.getTime(); start += unit) {
-    const figures = new Figures()
-    const row = byStart.get(start)
-    if (row) {
-      figures.add(row)
-      totals.add(row)
-    }
-    buckets.push({ start: new Date(start).toISOString(), figures })
-  }
-  return Object.assign(buckets, { totals })
+  for (let start = range.since.getTime(); start < range.until.getTime(); start += unit) buckets.push({ start: new Date(start).toISOString(), row: byStart.get(start) })
+  return buckets
 }
 
 const rangeFields = (range: StatsRange) => ({ interval: range.interval, since: range.since.toISOString(), until: range.until.toISOString() })
@@ -125,27 +135,29 @@ export async function readHookStats(db: Database, accountId: string, hookId: str
       )
     : []
   if (!hook) throw notFound(`No subscription ${hookId} on this account.`)
-  const rows = await queryRows<RollupRow>(
-    db,
-    sql`select bucket, attempts, succeeded, failures, latency from hook_stats
-        where hook_id = ${hookId} and unit = ${range.interval} and bucket >= ${range.since.toISOString()}::timestamptz and bucket < ${range.until.toISOString()}::timestamptz`,
+  const rows = readRows(
+    await queryRows<RollupRow>(
+      db,
+      sql`select bucket, attempts, succeeded, failures, latency::text as latency from hook_stats
+          where hook_id = ${hookId} and unit = ${range.interval} and bucket >= ${range.since.toISOString()}::timestamptz and bucket < ${range.until.toISOString()}::timestamptz`,
+    ),
   )
-  const buckets = bucketed(range, rows)
+  const { messages: _messages, events: _events, ...totals } = totalsOf(rows)
   return {
     hook_id: hookId,
     ...rangeFields(range),
     pending: Number(hook.pending),
-    totals: buckets.totals.deliveries(),
-    buckets: buckets.map(({ start, figures }) => ({ start, ...figures.deliveries() })),
+    totals,
+    buckets: bucketRows(range, rows).map(({ start, row }) => ({ start, ...deliveryFigures(row) })),
   }
 }
 
 /** The account's health over the range: every subscription's attempts together, with its messages and events. */
 export async function readAccountStats(db: Database, accountId: string, range: StatsRange): Promise<AccountStats> {
-  const [rows, [pending]] = await Promise.all([
+  const [stored, [pending]] = await Promise.all([
     queryRows<RollupRow>(
       db,
-      sql`select bucket, attempts, succeeded, failures, latency, messages_sent, events from account_stats
+      sql`select bucket, attempts, succeeded, failures, latency::text as latency, messages_sent, events from account_stats
           where account_id = ${accountId} and unit = ${range.interval} and bucket >= ${range.since.toISOString()}::timestamptz and bucket < ${range.until.toISOString()}::timestamptz`,
     ),
     queryRows<{ pending: number }>(
@@ -156,12 +168,12 @@ export async function readAccountStats(db: Database, accountId: string, range: S
           where h.account_id = ${accountId}`,
     ),
   ])
-  const buckets = bucketed(range, rows)
+  const rows = readRows(stored)
   return {
     account_id: accountId,
     ...rangeFields(range),
     pending: Number(pending?.pending ?? 0),
-    totals: buckets.totals.account(),
-    buckets: buckets.map(({ start, figures }) => ({ start, ...figures.account() })),
+    totals: totalsOf(rows),
+    buckets: bucketRows(range, rows).map(({ start, row }) => ({ start, ...accountFigures(row) })),
   }
 }

@@ -3,7 +3,7 @@ import { sql } from 'drizzle-orm'
 import { startTestServer } from '../support/server.ts'
 import { queryRows } from '../../src/lib/db/client.ts'
 import { claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
-import { EXACT_UP_TO, bucketValue, latencyIndex, percentiles } from '../../src/stats/histogram.ts'
+import { EXACT_UP_TO, HistogramSum, bucketValue, histogramOf, latencyIndex, parseHistogram, percentiles } from '../../src/stats/histogram.ts'
 
 setDefaultTimeout(60_000)
 
@@ -87,8 +87,20 @@ test('a bucket stands for each duration it holds within 2.5 % (or the millisecon
   }
   expect(worst).toBeLessThanOrEqual(0.025)
   expect(worst).toBeGreaterThan(0.015)
-  expect(percentiles({})).toBeNull()
+  expect(percentiles(histogramOf({}))).toBeNull()
   // 100 attempts: 90 at 10 ms, 9 at 20 ms, 1 at 30 ms.
-  expect(percentiles({ 10: 90, 20: 9, 30: 1 })).toEqual({ p50: 10, p95: 20, p99: 20 })
-  expect(percentiles({ 10: 90, 20: 8, 30: 2 })).toEqual({ p50: 10, p95: 20, p99: 30 })
+  expect(percentiles(histogramOf({ 10: 90, 20: 9, 30: 1 }))).toEqual({ p50: 10, p95: 20, p99: 20 })
+  expect(percentiles(histogramOf({ 10: 90, 20: 8, 30: 2 }))).toEqual({ p50: 10, p95: 20, p99: 30 })
+  // Histograms added together, as a range's totals are.
+  const sum = new HistogramSum()
+  sum.add(histogramOf({ 10: 45, 700: 2 }))
+  sum.add(histogramOf({ 10: 45, 20: 8 }))
+  expect(sum.percentiles()).toEqual({ p50: 10, p95: 20, p99: bucketValue(700) })
+})
+
+test('a histogram is read back from jsonb as PostgreSQL prints it, in bucket order whatever the order of its keys', async () => {
+  const [row] = await queryRows<{ text: string }>(db, sql`select jsonb_build_object('120', 3, '7', 1, '99', 12, '1000', 2)::text as text`)
+  expect(parseHistogram(row!.text)).toEqual({ indexes: [7, 99, 120, 1000], counts: [1, 12, 3, 2] })
+  expect(parseHistogram('{"120": 3, "7": 1}')).toEqual({ indexes: [7, 120], counts: [1, 3] })
+  expect(parseHistogram('{}')).toEqual({ indexes: [], counts: [] })
 })
