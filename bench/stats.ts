@@ -23,16 +23,16 @@ export async function impliedRollups(sql: Sql, replace: boolean): Promise<{ hook
     const per = (key: string, where: string, value: string) => `select ${key} as k, u.unit, date_trunc(u.unit, minute, 'UTC') as bucket, ${value} as v, sum(n)::int as n from att cross join ${UNITS} ${where} group by 1, 2, 3, 4`
     for (const [table, key] of [['hook_stats', 'hook_id'], ['account_stats', 'account_id']] as const) {
       await tx.unsafe(`create temp table new_${table} (like ${table} including all) on commit drop`)
-      await tx.unsafe(`insert into new_${table} (${key}, unit, bucket, attempts, succeeded, failures, latency)
-        select l.k, l.unit, l.bucket, l.attempts, l.attempts - coalesce(f.failed, 0), coalesce(f.failures, '{}'), l.latency
+      await tx.unsafe(`insert into new_${table} (${key}, unit, bucket, ${table === 'account_stats' ? 'kind, ' : ''}attempts, succeeded, failures, latency)
+        select l.k, l.unit, l.bucket, ${table === 'account_stats' ? "'attempts', " : ''}l.attempts, l.attempts - coalesce(f.failed, 0), coalesce(f.failures, '{}'), l.latency
         from (select k, unit, bucket, sum(n)::int as attempts, jsonb_object_agg(v::text, n) as latency from (${per(key, '', 'li')}) x group by 1, 2, 3) l
         left join (select k, unit, bucket, sum(n)::int as failed, jsonb_object_agg(v, n) as failures from (${per(key, 'where failure is not null', 'failure')}) x group by 1, 2, 3) f using (k, unit, bucket)`)
     }
-    await tx.unsafe(`insert into new_account_stats (account_id, unit, bucket, events) select account_id, unit, bucket, jsonb_object_agg(type, n) from (
+    await tx.unsafe(`insert into new_account_stats (account_id, unit, bucket, kind, events) select account_id, unit, bucket, 'events', jsonb_object_agg(type, n) from (
         select e.account_id, u.unit, date_trunc(u.unit, e.created_at, 'UTC') as bucket, e.type, count(*)::int as n from events e cross join ${UNITS} where not e.test group by 1, 2, 3, 4) c
-      group by 1, 2, 3 on conflict (account_id, unit, bucket) do update set events = excluded.events`)
-    await tx.unsafe(`insert into new_account_stats (account_id, unit, bucket, messages_sent) select m.account_id, u.unit, date_trunc(u.unit, m.created_at, 'UTC'), count(*)::int
-      from messages m cross join ${UNITS} where m.direction = 'outbound' group by 1, 2, 3 on conflict (account_id, unit, bucket) do update set messages_sent = excluded.messages_sent`)
+      group by 1, 2, 3`)
+    await tx.unsafe(`insert into new_account_stats (account_id, unit, bucket, kind, messages_sent) select m.account_id, u.unit, date_trunc(u.unit, m.created_at, 'UTC'), 'messages', count(*)::int
+      from messages m cross join ${UNITS} where m.direction = 'outbound' group by 1, 2, 3`)
     const diff = (t: string) => `(select count(*) from (table ${t} except table new_${t}) x) + (select count(*) from (table new_${t} except table ${t}) y)`
     const [r] = await tx.unsafe(`select (select count(*) from new_hook_stats)::int as hooks, (select count(*) from new_account_stats)::int as accounts,
       (${replace ? 0 : `${diff('hook_stats')} + ${diff('account_stats')}`})::int as differences`)

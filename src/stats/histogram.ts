@@ -117,7 +117,7 @@ export class HistogramSum {
     for (let i = 0; i < indexes.length; i++) this.counts[indexes[i]!] = this.counts[indexes[i]!]! + counts[i]!
   }
 
-  percentiles(): Percentiles | null {
+  histogram(): Histogram {
     const indexes: number[] = []
     const counts: number[] = []
     this.counts.forEach((count, index) => {
@@ -126,6 +126,10 @@ export class HistogramSum {
         counts.push(count)
       }
     })
-    return percentiles({ indexes, counts })
+    return { indexes, counts }
+  }
+
+  percentiles(): Percentiles | null {
+    return percentiles(this.histogram())
   }
 }

@@ -9,7 +9,8 @@ import type { FailureReason } from './failure-reasons.ts'
  * a process killed at any point neither loses a count nor counts one twice.
  *
  * Each figure goes into three rows, its minute's, hour's and day's (UTC), each row taking in a
- * statement's figures with one upsert. Those rows are the hottest in the database (every batch
+ * statement's figures with one upsert; an account's rows are per kind of writer (attempts,
+ * messages, events), so those three never wait on each other. Those rows are the hottest in the database (every batch
  * of an account's attempts rewrites them), so the upserts are written last in their statements
  * (their input waits for the statement's other writes) and in key order: a row lock is then held
  * only from the upsert to the commit, and two statements never take two rows in opposite orders.
@@ -77,12 +78,12 @@ export function attemptRollups(attempts: readonly AttemptFigures[], after: reado
     returning 1
   ),
   account_stats_added as (
-    insert into account_stats (account_id, unit, bucket, attempts, succeeded, failures, latency)
-    select d.key, u.unit, ${bucketOf(sql`now()`)}, d.attempts, d.succeeded, d.failures, d.latency
+    insert into account_stats (account_id, unit, bucket, kind, attempts, succeeded, failures, latency)
+    select d.key, u.unit, ${bucketOf(sql`now()`)}, 'attempts', d.attempts, d.succeeded, d.failures, d.latency
     from ${figures(deltasBy(attempts, (attempt) => attempt.accountId))} cross join ${units}
     where ${afterWrites(['hook_stats_added'])}
     order by 1, 2, 3
-    on conflict (account_id, unit, bucket) do update set ${merge('account_stats')}
+    on conflict (account_id, unit, bucket, kind) do update set ${merge('account_stats')}
     returning 1
   )`
 }
@@ -95,14 +96,14 @@ export function attemptRollups(attempts: readonly AttemptFigures[], after: reado
 export function eventRollups(events: string, after: readonly string[]): SQL {
   return sql`,
   events_counted as (
-    insert into account_stats (account_id, unit, bucket, events)
-    select account_id, unit, bucket, jsonb_object_agg(type, n) from (
+    insert into account_stats (account_id, unit, bucket, kind, events)
+    select account_id, unit, bucket, 'events', jsonb_object_agg(type, n) from (
       select e.account_id, u.unit, ${bucketOf(sql`now()`)} as bucket, e.type, count(*)::int as n
       from ${sql.identifier(events)} e cross join ${units}
       where ${afterWrites(after)}
       group by 1, 2, 3, 4
     ) c group by 1, 2, 3 order by 1, 2, 3
-    on conflict (account_id, unit, bucket) do update set events = stats_add(account_stats.events, excluded.events)
+    on conflict (account_id, unit, bucket, kind) do update set events = stats_add(account_stats.events, excluded.events)
     returning 1
   )`
 }
@@ -111,11 +112,11 @@ export function eventRollups(events: string, after: readonly string[]): SQL {
 export function sentMessageRollups(messages: string): SQL {
   return sql`,
   sent_counted as (
-    insert into account_stats (account_id, unit, bucket, messages_sent)
-    select m.account_id, u.unit, ${bucketOf(sql`m.created_at`)} as bucket, count(*)::int
+    insert into account_stats (account_id, unit, bucket, kind, messages_sent)
+    select m.account_id, u.unit, ${bucketOf(sql`m.created_at`)} as bucket, 'messages', count(*)::int
     from ${sql.identifier(messages)} m cross join ${units}
     group by 1, 2, 3 order by 1, 2, 3
-    on conflict (account_id, unit, bucket) do update set messages_sent = account_stats.messages_sent + excluded.messages_sent
+    on conflict (account_id, unit, bucket, kind) do update set messages_sent = account_stats.messages_sent + excluded.messages_sent
     returning 1
   )`
 }

@@ -114,10 +114,38 @@ function totalsOf(rows: ReadRow[]): AccountFigures {
   }
 }
 
+function combinedHistogram(a: Histogram, b: Histogram): Histogram {
+  if (b.indexes.length === 0) return a
+  if (a.indexes.length === 0) return b
+  const sum = new HistogramSum()
+  sum.add(a)
+  sum.add(b)
+  return sum.histogram()
+}
+
+/** Two rows of one bucket (an account's are per kind of writer) as one. */
+function combined(a: ReadRow, b: ReadRow): ReadRow {
+  return {
+    bucket: a.bucket,
+    attempts: Number(a.attempts) + Number(b.attempts),
+    succeeded: Number(a.succeeded) + Number(b.succeeded),
+    failures: addCounts({ ...counts(a.failures) }, counts(b.failures)),
+    latency: '',
+    histogram: combinedHistogram(a.histogram, b.histogram),
+    messages_sent: Number(a.messages_sent ?? 0) + Number(b.messages_sent ?? 0),
+    events: addCounts({ ...counts(a.events) }, counts(b.events)),
+  }
+}
+
 /** Every bucket of the range, oldest first, with its row (none where nothing happened). */
 function bucketRows(range: StatsRange, rows: ReadRow[]): { start: string; row: ReadRow | undefined }[] {
   const unit = UNIT_MS[range.interval]
-  const byStart = new Map(rows.map((row) => [new Date(row.bucket).getTime(), row]))
+  const byStart = new Map<number, ReadRow>()
+  for (const row of rows) {
+    const start = new Date(row.bucket).getTime()
+    const other = byStart.get(start)
+    byStart.set(start, other ? combined(other, row) : row)
+  }
   const buckets = []
   for (let start = range.since.getTime(); start < range.until.getTime(); start += unit) buckets.push({ start: new Date(start).toISOString(), row: byStart.get(start) })
   return buckets

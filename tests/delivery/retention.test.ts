@@ -38,14 +38,14 @@ describe('event retention', () => {
     expect(await eventsOf()).toHaveLength(3)
     // The health rollups of those attempts and events: a minute's, an hour's and a day's row each.
     const hookRollups = () => db.select({ unit: hookStats.unit, attempts: hookStats.attempts }).from(hookStats).where(eq(hookStats.hookId, hook.id))
-    const accountRollups = () => db.select({ unit: accountStats.unit }).from(accountStats).where(eq(accountStats.accountId, owner.accountId))
+    const accountRollups = () => db.select({ unit: accountStats.unit, kind: accountStats.kind }).from(accountStats).where(eq(accountStats.accountId, owner.accountId))
     expect((await hookRollups()).map((row) => [row.unit, row.attempts]).sort()).toEqual([['day', 2], ['hour', 2], ['minute', 2]])
-    expect((await accountRollups()).map((row) => row.unit).sort()).toEqual(['day', 'hour', 'minute'])
+    expect((await accountRollups()).map((row) => `${row.kind} ${row.unit}`).sort()).toEqual(['attempts day', 'attempts hour', 'attempts minute', 'events day', 'events hour', 'events minute'])
 
     // 29 days on: nothing has expired.
     expect(await deleteExpiredEvents(db, { retentionDays: 30, now: Date.now() + 29 * DAY })).toBe(0)
     expect(await hookRollups()).toHaveLength(3)
-    expect(await accountRollups()).toHaveLength(3)
+    expect(await accountRollups()).toHaveLength(6)
     // 31 days on: the two settled events go, the one still pending stays.
     expect(await deleteExpiredEvents(db, { retentionDays: 30, now: Date.now() + 31 * DAY })).toBeGreaterThanOrEqual(2)
     const left = await eventsOf()

@@ -389,13 +389,20 @@ export const hookStats = pgTable(
   ],
 )
 
-/** The same per account, all its subscriptions together, with its messages and events (src/stats/rollups.ts). */
+/**
+ * The same per account, all its subscriptions together, with its messages and events
+ * (src/stats/rollups.ts). Each kind of writer has rows of its own (`kind`): recording attempts,
+ * accepting messages and storing events each rewrite their row many times a second, and would
+ * otherwise wait on each other's row locks.
+ */
 export const accountStats = pgTable(
   'account_stats',
   {
     accountId: ownerId('account_id', () => accounts.id),
     unit: text('unit').notNull(),
     bucket: timestamp('bucket', { withTimezone: true, mode: 'date' }).notNull(),
+    /** attempts, messages or events: which statement writes the row. */
+    kind: text('kind').notNull(),
     attempts: integer('attempts').notNull().default(0),
     succeeded: integer('succeeded').notNull().default(0),
     failures: jsonb('failures').notNull().default({}),
@@ -405,5 +412,5 @@ export const accountStats = pgTable(
     /** Events stored by type: { "message.delivered": 12 } (test events are not counted). */
     events: jsonb('events').notNull().default({}),
   },
-  (table) => [primaryKey({ columns: [table.accountId, table.unit, table.bucket] }), index('account_stats_bucket_idx').on(table.bucket)],
+  (table) => [primaryKey({ columns: [table.accountId, table.unit, table.bucket, table.kind] }), index('account_stats_bucket_idx').on(table.bucket)],
 )
