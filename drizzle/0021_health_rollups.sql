@@ -29,9 +29,4 @@ CREATE INDEX "account_stats_bucket_idx" ON "account_stats" USING btree ("bucket"
 CREATE INDEX "hook_stats_bucket_idx" ON "hook_stats" USING btree ("bucket");--> statement-breakpoint
 -- Each bucket's row is rewritten by every batch of attempts in it: room on its page keeps those updates HOT (no index writes).
 ALTER TABLE "hook_stats" SET (fillfactor = 70);--> statement-breakpoint
-ALTER TABLE "account_stats" SET (fillfactor = 70);--> statement-breakpoint
--- A count map ({ "key": n }) with a batch's added key by key: how a rollup row takes in a batch's figures (src/stats/rollups.ts).
--- It walks the batch's keys only (a few) and finds each in the row's map by binary search: a row's map holds a hundred.
-CREATE FUNCTION "stats_add"(a jsonb, b jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT a || coalesce((SELECT jsonb_object_agg(key, coalesce((a ->> key)::bigint, 0) + value::bigint) FROM jsonb_each_text(b)), '{}'::jsonb)
-$$;
+ALTER TABLE "account_stats" SET (fillfactor = 70);
