@@ -67,7 +67,7 @@ test('a delivery carries the Standard Webhooks headers and its signature verifie
   const request = event(at('/hook?tenant=1'))
   const sentAt = new Date()
   const result = await sendWebhook(request, { ...options(), now: () => sentAt })
-  expect(result).toMatchObject({ ok: true, status: 200, error: null, responseSnippet: 'thanks', retryAfterSeconds: null })
+  expect(result).toMatchObject({ ok: true, status: 200, error: null, failure: null, responseSnippet: 'thanks', retryAfterSeconds: null })
   const [hit] = hitsOn('/hook')
   expect(hit?.body).toBe(request.body)
   expect(hit?.headers).toMatchObject({
@@ -94,7 +94,7 @@ test('a name is connected to by its checked address, and TLS verifies the name',
   const pinnedTo = (...addresses: string[]) => ({ ...options(), lookup: async () => addresses })
   // 127.0.0.2 is loopback but nothing listens there: a connection made by Bun's own resolution
   // of localhost would succeed, so this failure shows the checked address is the one used.
-  expect(await sendWebhook(event(at('/hook', 'localhost')), pinnedTo('127.0.0.2'))).toMatchObject({ ok: false, status: null, error: 'connection failed: ECONNREFUSED' })
+  expect(await sendWebhook(event(at('/hook', 'localhost')), pinnedTo('127.0.0.2'))).toMatchObject({ ok: false, status: null, error: 'connection failed: ECONNREFUSED', failure: 'connection' })
   expect(hitsOn('/hook')).toHaveLength(0)
   // A refused address falls through to the next checked one.
   expect(await sendWebhook(event(at('/hook', 'localhost')), pinnedTo('127.0.0.2', '127.0.0.1'))).toMatchObject({ ok: true, status: 200 })
@@ -102,13 +102,13 @@ test('a name is connected to by its checked address, and TLS verifies the name',
 })
 
 test('a 500 is a failure with its status and body', async () => {
-  expect(await sendWebhook(event(at('/fail')), options())).toMatchObject({ ok: false, status: 500, error: 'HTTP 500', responseSnippet: 'broken' })
+  expect(await sendWebhook(event(at('/fail')), options())).toMatchObject({ ok: false, status: 500, error: 'HTTP 500', failure: 'http_5xx', responseSnippet: 'broken' })
 })
 
 test('a redirect is a failure and is not followed', async () => {
   hits = []
   const result = await sendWebhook(event(at('/redirect')), options())
-  expect(result).toMatchObject({ ok: false, status: 302 })
+  expect(result).toMatchObject({ ok: false, status: 302, failure: 'redirect' })
   expect(result.error).toStartWith('redirect 302 not followed')
   expect(hitsOn('/redirect')).toHaveLength(1)
   expect(hitsOn('/redirect-target')).toHaveLength(0)
@@ -118,13 +118,13 @@ test('a receiver slower than the timeout fails with a timeout, about when the ti
   const started = performance.now()
   const result = await sendWebhook(event(at('/slow')), options())
   const elapsed = performance.now() - started
-  expect(result).toMatchObject({ ok: false, status: null, error: `timed out after ${TIMEOUT_MS} ms` })
+  expect(result).toMatchObject({ ok: false, status: null, error: `timed out after ${TIMEOUT_MS} ms`, failure: 'timeout' })
   expect(elapsed).toBeGreaterThanOrEqual(TIMEOUT_MS - 20)
   expect(elapsed).toBeLessThan(TIMEOUT_MS + 500)
 })
 
 test('Retry-After on a 429 is reported in seconds', async () => {
-  expect(await sendWebhook(event(at('/busy')), options())).toMatchObject({ ok: false, status: 429, retryAfterSeconds: 7 })
+  expect(await sendWebhook(event(at('/busy')), options())).toMatchObject({ ok: false, status: 429, retryAfterSeconds: 7, failure: 'http_4xx' })
 })
 
 test('Retry-After is read as seconds or as an HTTP date', () => {
@@ -147,7 +147,7 @@ test('the response snippet keeps the first 4096 bytes, never half a character', 
 test('a certificate from a CA that is not trusted fails the attempt', async () => {
   hits = []
   const result = await sendWebhook(event(at('/hook')), { timeoutMs: TIMEOUT_MS, allowPrivate: true })
-  expect(result).toMatchObject({ ok: false, status: null })
+  expect(result).toMatchObject({ ok: false, status: null, failure: 'connection' })
   expect(result.error).toStartWith('connection failed:')
   expect(hitsOn('/hook')).toHaveLength(0)
 })
@@ -156,7 +156,7 @@ test('without allowPrivate a loopback receiver is refused before any connection'
   hits = []
   for (const host of ['127.0.0.1', 'localhost']) {
     const result = await sendWebhook(event(at('/hook', host)), { ...options(), allowPrivate: false })
-    expect(result).toMatchObject({ ok: false, status: null, responseSnippet: '' })
+    expect(result).toMatchObject({ ok: false, status: null, responseSnippet: '', failure: 'refused' })
     expect(result.error).toStartWith('refused (forbidden_address)')
   }
   expect((await sendWebhook(event(at('/hook').replace('https:', 'http:')), { ...options(), allowPrivate: false })).error).toStartWith('refused (scheme)')
@@ -190,7 +190,7 @@ time.sleep(30)`,
     const started = performance.now()
     const result = await sendWebhook(event(`http://127.0.0.1:${port}/hook`), slowOptions)
     const elapsed = performance.now() - started
-    expect(result).toMatchObject({ ok: false, status: null, error: 'connect timed out after 600 ms' })
+    expect(result).toMatchObject({ ok: false, status: null, error: 'connect timed out after 600 ms', failure: 'connection' })
     expect(elapsed).toBeGreaterThanOrEqual(580)
     expect(elapsed).toBeLessThan(2_000)
     // A receiver that accepts is unaffected by the bound.
