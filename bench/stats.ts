@@ -9,7 +9,7 @@ import { fail, fmtInt, median, percentiles, postgresCpuSeconds, processCpuSecond
 // What src/stats/rollups.ts counts for a stored attempt: its failure reason as src/delivery/send.ts decides it (from the
 // status and error it logs: null when ok), its latency index (latencyIndex, the same SQL), and a bucket per unit.
 export const FAILURE = `case when a.error is null and a.status_code between 200 and 299 then null when a.error like 'timed out%' then 'timeout'
-  when a.error like 'connect%' then 'connection' when a.error like 'refused (%' then 'refused' when a.status_code >= 500 then 'http_5xx'
+  when a.error like 'connect%' then 'connection' when a.error like 'refused (unresolvable)%' then 'connection' when a.error like 'refused (%' then 'refused' when a.status_code >= 500 then 'http_5xx'
   when a.status_code >= 400 then 'http_4xx' when a.status_code >= 300 then 'redirect' else 'other' end`
 const LATENCY_INDEX = `case when a.duration_ms <= ${EXACT_UP_TO} then greatest(a.duration_ms, 0) else ${EXACT_UP_TO} + ceil(ln(a.duration_ms / ${EXACT_UP_TO}.0) / ln(${GROWTH}))::int end`
 const UNITS = `(values ('minute'), ('hour'), ('day')) u(unit)`

@@ -1,6 +1,6 @@
 import { Webhook } from 'standardwebhooks'
 import type { FailureReason } from '../stats/failure-reasons.ts'
-import { type Lookup, TargetRefused, describeNetworkError, fetchPinned, isTimeout, readPrefix } from '../lib/security/outbound.ts'
+import { type Lookup, TargetRefused, type TargetRefusal, describeNetworkError, fetchPinned, isTimeout, readPrefix } from '../lib/security/outbound.ts'
 
 export interface WebhookRequest {
   url: string
@@ -85,7 +85,7 @@ export async function sendWebhook(request: WebhookRequest, options: SendOptions)
   try {
     response = await fetchPinned(url, { method: 'POST', headers, body: request.body }, options, signal)
   } catch (error) {
-    if (error instanceof TargetRefused) return failure(error.reason === 'runtime' ? error.message : `refused (${error.reason}): ${error.message}`, error.reason === 'runtime' ? 'other' : 'refused')
+    if (error instanceof TargetRefused) return failure(error.reason === 'runtime' ? error.message : `refused (${error.reason}): ${error.message}`, refusalFailure(error.reason))
     return failure(describeNetworkError(error, options.timeoutMs), networkFailure(error))
   }
 
@@ -117,6 +117,12 @@ export function parseRetryAfter(value: string | null, now: Date): number | null 
   const date = Date.parse(trimmed)
   if (Number.isNaN(date)) return null
   return Math.max(0, Math.ceil((date - now.getTime()) / 1000))
+}
+
+/** A name that does not resolve is a connection that could not be made; the others are the address guard's refusals. */
+function refusalFailure(reason: TargetRefusal): FailureReason {
+  if (reason === 'unresolvable') return 'connection'
+  return reason === 'runtime' ? 'other' : 'refused'
 }
 
 /** No answer within the attempt's timeout, or none at all: a connect timeout is a connection that was never made. */

@@ -98,6 +98,8 @@ test('a name is connected to by its checked address, and TLS verifies the name',
   expect(hitsOn('/hook')).toHaveLength(0)
   // A refused address falls through to the next checked one.
   expect(await sendWebhook(event(at('/hook', 'localhost')), pinnedTo('127.0.0.2', '127.0.0.1'))).toMatchObject({ ok: true, status: 200 })
+  // A name that resolves to nothing is a connection that could not be made, not the guard's refusal.
+  expect(await sendWebhook(event(at('/hook', 'localhost')), pinnedTo())).toMatchObject({ ok: false, status: null, failure: 'connection' })
   expect(hitsOn('/hook')[0]?.headers.host).toBe(`localhost:${receiver.port}`)
 })
 
