@@ -78,12 +78,6 @@ export function parseHistogram(text: string): Histogram {
   return { indexes: order.map((i) => indexes[i]!), counts: order.map((i) => counts[i]!) }
 }
 
-/** A histogram from a count map, as the rollups write it. */
-export function histogramOf(map: Counts): Histogram {
-  const indexes = Object.keys(map).map(Number).sort((a, b) => a - b)
-  return { indexes, counts: indexes.map((index) => map[index]!) }
-}
-
 const QUANTILES = [0.5, 0.95, 0.99] as const
 
 /**

@@ -24,7 +24,7 @@ export const StatsQuery = t.Object({ ...StatsRangeParams, ...ApiKeyParam }, { ad
 
 const count = (description: string) => Type.Integer({ minimum: 0, description })
 
-export const FailuresSchema = t.Object(
+const FailuresSchema = t.Object(
   Object.fromEntries(FAILURE_REASONS.map((reason) => [reason, Type.Integer({ minimum: 0 })])) as Record<(typeof FAILURE_REASONS)[number], ReturnType<typeof Type.Integer>>,
   {
     additionalProperties: Type.Integer({ minimum: 0 }),
@@ -34,7 +34,7 @@ export const FailuresSchema = t.Object(
   },
 )
 
-export const LatencySchema = t.Union(
+const LatencySchema = t.Union(
   [
     t.Object(
       { p50: Type.Integer({ minimum: 0 }), p95: Type.Integer({ minimum: 0 }), p99: Type.Integer({ minimum: 0 }) },
@@ -53,7 +53,7 @@ const deliveryFigures = {
   latency_ms: LatencySchema,
 }
 
-export const MessageFiguresSchema = t.Object(
+const MessageFiguresSchema = t.Object(
   {
     sent: count('Outbound messages accepted (POST …/messages).'),
     delivered: count('Messages the carrier delivered (message.delivered events).'),
@@ -63,10 +63,10 @@ export const MessageFiguresSchema = t.Object(
   { title: 'MessageFigures' },
 )
 
-export const EventCountsSchema = t.Record(t.String(), Type.Integer({ minimum: 0 }), { title: 'EventCounts', description: 'Events stored, by type (test events are not counted).' })
+const EventCountsSchema = t.Record(t.String(), Type.Integer({ minimum: 0 }), { title: 'EventCounts', description: 'Events stored, by type (test events are not counted).' })
 
-export const HookStatsBucketSchema = t.Object({ start: t.String({ format: 'date-time' }), ...deliveryFigures }, { title: 'HookStatsBucket' })
-export const AccountStatsBucketSchema = t.Object(
+const HookStatsBucketSchema = t.Object({ start: t.String({ format: 'date-time' }), ...deliveryFigures }, { title: 'HookStatsBucket' })
+const AccountStatsBucketSchema = t.Object(
   { start: t.String({ format: 'date-time' }), ...deliveryFigures, messages: MessageFiguresSchema, events: EventCountsSchema },
   { title: 'AccountStatsBucket' },
 )

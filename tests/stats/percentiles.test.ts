@@ -3,9 +3,15 @@ import { sql } from 'drizzle-orm'
 import { startTestServer } from '../support/server.ts'
 import { queryRows } from '../../src/lib/db/client.ts'
 import { claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
-import { EXACT_UP_TO, HistogramSum, bucketValue, histogramOf, latencyIndex, parseHistogram, percentiles } from '../../src/stats/histogram.ts'
+import { EXACT_UP_TO, HistogramSum, bucketValue, latencyIndex, parseHistogram, percentiles, type Counts, type Histogram } from '../../src/stats/histogram.ts'
 
 setDefaultTimeout(60_000)
+
+/** A histogram from a count map, as the rollups write it. */
+function histogramOf(map: Counts): Histogram {
+  const indexes = Object.keys(map).map(Number).sort((a, b) => a - b)
+  return { indexes, counts: indexes.map((index) => map[index]!) }
+}
 
 // No worker: the test records attempts by hand, with the durations it chooses.
 const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', API_RATE_LIMIT: '0' }, deliverWebhooks: false })
