@@ -170,12 +170,12 @@ export async function readHookStats(db: Database, accountId: string, hookId: str
           where hook_id = ${hookId} and unit = ${range.interval} and bucket >= ${range.since.toISOString()}::timestamptz and bucket < ${range.until.toISOString()}::timestamptz`,
     ),
   )
-  const { messages: _messages, events: _events, ...totals } = totalsOf(rows)
+  const { attempts, succeeded, failed, failures, latency_ms } = totalsOf(rows)
   return {
     hook_id: hookId,
     ...rangeFields(range),
     pending: Number(hook.pending),
-    totals,
+    totals: { attempts, succeeded, failed, failures, latency_ms },
     buckets: bucketRows(range, rows).map(({ start, row }) => ({ start, ...deliveryFigures(row) })),
   }
 }
