@@ -34,7 +34,7 @@ const needsAttention = (hook: Hook) => hook.status === 'disabled' || hook.circui
 function Why({ hook }: { hook: Hook }) {
   const { circuit } = hook
   const inARow = `${formatCount(circuit.consecutive_failures)} failed ${circuit.consecutive_failures === 1 ? 'attempt' : 'attempts'} in a row`
-  if (hook.status === 'disabled') return <span>Disabled by the service{hook.disabled_reason ? `: ${hook.disabled_reason}` : ''}.</span>
+  if (hook.status === 'disabled') return <span>Disabled by the service{hook.disabled_reason ? `: ${hook.disabled_reason.replace(/\.$/, '')}` : ''}.</span>
   if (circuit.state === 'open') {
     return (
       <span>
