@@ -75,12 +75,14 @@ function deltasBy(attempts: readonly AttemptFigures[], keyOf: (attempt: AttemptF
  */
 export function attemptRollups(attempts: readonly AttemptFigures[], after: readonly string[]): SQL {
   const figures = (deltas: Delta[]) => sql`jsonb_to_recordset(${JSON.stringify(deltas)}::jsonb) as d(key text, attempts int, succeeded int, failures jsonb, latency jsonb)`
-  // A healthy batch has no failures: its row's map is kept as it is.
+  // A healthy batch has no failures: its row's map is kept as it is. A row whose bucket had closed
+  // (a transaction begun in it committing late) is open again: src/stats/closing.ts.
   const merge = (table: string) => {
     const column = (name: string) => sql`${sql.identifier(table)}.${sql.identifier(name)}`
     return sql`attempts = ${column('attempts')} + excluded.attempts, succeeded = ${column('succeeded')} + excluded.succeeded,
     failures = case when excluded.failures = '{}'::jsonb then ${column('failures')} else ${addedCounts(column('failures'), sql`excluded.failures`)} end,
-    latency = ${addedCounts(column('latency'), sql`excluded.latency`)}`
+    latency = ${addedCounts(column('latency'), sql`excluded.latency`)},
+    p50_ms = null, p95_ms = null, p99_ms = null`
   }
   return sql`,
   hook_stats_added as (

@@ -363,6 +363,17 @@ export const deliveryAttempts = pgTable(
 )
 
 /**
+ * A closed bucket's latency percentiles, stored once it can no longer change so that a read of a
+ * thousand buckets need not fetch their histograms; null while open, and set back to null by a
+ * late commit into it (src/stats/closing.ts).
+ */
+const closedPercentiles = () => ({
+  p50Ms: integer('p50_ms'),
+  p95Ms: integer('p95_ms'),
+  p99Ms: integer('p99_ms'),
+})
+
+/**
  * Rollups of delivery attempts per subscription, per minute, hour and day (UTC), written in the
  * statement that records the attempts (src/stats/rollups.ts), so that they commit with the attempt
  * log or not at all. GET …/hooks/{hook_id}/stats reads at most 1,440 of them (docs/api.md#health-over-time).
@@ -381,6 +392,7 @@ export const hookStats = pgTable(
     failures: jsonb('failures').notNull(),
     /** Attempt durations as a histogram: { "<bucket index>": count } (src/stats/histogram.ts). */
     latency: jsonb('latency').notNull(),
+    ...closedPercentiles(),
   },
   (table) => [
     primaryKey({ columns: [table.hookId, table.unit, table.bucket] }),
@@ -407,6 +419,7 @@ export const accountStats = pgTable(
     succeeded: integer('succeeded').notNull().default(0),
     failures: jsonb('failures').notNull().default({}),
     latency: jsonb('latency').notNull().default({}),
+    ...closedPercentiles(),
     /** Outbound messages accepted (POST …/messages). */
     messagesSent: integer('messages_sent').notNull().default(0),
     /** Events stored by type: { "message.delivered": 12 } (test events are not counted). */
