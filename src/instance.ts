@@ -11,6 +11,7 @@ import { createLogger, type Logger } from './lib/runtime/logger.ts'
 import { startTracing, tracedLogger } from './lib/runtime/tracing.ts'
 import { startPeriodicSweep } from './lib/runtime/sweep.ts'
 import { deleteStaleHits } from './lib/db/rate-limits.ts'
+import { deleteExpiredJtis } from './lib/security/jti-replay.ts'
 import { traceRequests } from './lib/http/request-tracing.ts'
 import { requestHandler, type FetchHandler } from './lib/http/foundation.ts'
 import { createApp, type App } from './app.ts'
@@ -165,6 +166,7 @@ export async function createInstance(options: {
   const eventSubscriptionSweep = startEventSubscriptionSweep({ db: handle.db, secretBox, send: { timeoutMs: config.webhookTimeoutMs, allowPrivate: config.webhookAllowPrivateTargets, ca: config.webhookCaPem }, logger })
   const queuedCatchUp = startQueuedCatchUp(messaging)
   const staleHits = startPeriodicSweep({ sweep: () => deleteStaleHits(handle.db), intervalMs: 3_600_000, logger, failure: 'deleting stale rate-limit counters failed' })
+  const expiredJtis = startPeriodicSweep({ sweep: () => deleteExpiredJtis(handle.db), intervalMs: 600_000, logger, failure: 'deleting expired token identifiers failed' })
   const logged = requestHandler(app, logger, { publicUrl: config.publicUrl, trustedProxies: config.trustedProxies })
   const handler = tracing ? traceRequests(logged, { tracing, routes: app.routes }) : logged
   return {
@@ -183,6 +185,7 @@ export async function createInstance(options: {
       await eventSubscriptionSweep.stop()
       await queuedCatchUp.stop()
       await staleHits.stop()
+      await expiredJtis.stop()
       await worker?.stop()
       await tracing?.shutdown()
     },

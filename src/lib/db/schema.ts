@@ -173,6 +173,22 @@ export const rateLimits = pgTable('rate_limits', {
 })
 
 /**
+ * Token identifiers (`jti`) already accepted, kept until the token they came in expires, shared by
+ * every instance (src/lib/security/jti-replay.ts): a client assertion, an ID-JAG or a DPoP proof
+ * is accepted once, whichever instance sees it first.
+ */
+export const usedJtis = pgTable(
+  'used_jtis',
+  {
+    /** Whose identifiers these are: a client's assertions, an identity provider's ID-JAGs, a DPoP key's proofs. */
+    namespace: text('namespace').notNull(),
+    jti: text('jti').notNull(),
+    expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.namespace, table.jti] }), index('used_jtis_expires_at_idx').on(table.expiresAt)],
+)
+
+/**
  * Webhook subscriptions: one event type to one HTTPS address. The signing secret must be read
  * back to sign deliveries, so it is sealed with ENCRYPTION_KEY, never stored in clear.
  */
