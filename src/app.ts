@@ -18,6 +18,7 @@ import { jwksRoutes } from './oauth/jwks-route.ts'
 import type { TokenSigner } from './oauth/signing-keys.ts'
 import type { SecretBox } from './lib/security/secret-box.ts'
 import type { BearerAuthenticator } from './auth/bearer.ts'
+import type { DpopVerifier } from './lib/security/dpop.ts'
 import { signInRoutes } from './oauth/sign-in.ts'
 import { authorizeRoutes } from './oauth/authorize.ts'
 import { tokenEndpointRoutes } from './oauth/token-endpoint.ts'
@@ -45,6 +46,8 @@ export interface AppDeps {
   isCacheTrusted(): boolean
   signer: TokenSigner
   bearer: BearerAuthenticator
+  /** Checks DPoP proofs at the token endpoint and the resource servers. */
+  dpop: DpopVerifier
   secretBox: SecretBox
   /** The carrier, how outcomes are written and who hears of new deliveries. */
   messaging: MessageDeps
@@ -98,7 +101,7 @@ export function createApp(deps: AppDeps) {
         .use(jwksRoutes(deps))
         .use(signInRoutes({ db: deps.db, signer: deps.signer, baseUrl: deps.config.baseUrl }))
         .use(authorizeRoutes(tokens))
-        .use(tokenEndpointRoutes(tokens))
+        .use(tokenEndpointRoutes({ ...tokens, dpop: deps.dpop }))
         .use(revocationRoutes(tokens))
         .use(sessionRoutes(auth))
         .use(hookRoutes(hooks))

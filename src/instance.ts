@@ -22,6 +22,8 @@ import { sandboxCarrier } from './messages/carrier.ts'
 import { createMessageSettler, createMessageStorer, startQueuedCatchUp, type MessageDeps } from './messages/service.ts'
 import { prepareActiveKeyLookup } from './auth/api-keys.ts'
 import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/security/secret-box.ts'
+import { createDpopVerifier } from './lib/security/dpop.ts'
+import { createDpopNonces } from './lib/security/dpop-nonce.ts'
 import { SigningKeyError, createTokenSigner, type TokenSigner } from './oauth/signing-keys.ts'
 import { startSuccessorErasure } from './oauth/grants/refresh-token.ts'
 import { startEventRetention } from './delivery/retention.ts'
@@ -107,6 +109,8 @@ export async function createInstance(options: {
   const secretBox = await createSecretBox(encryptionKey)
   const signer = await createTokenSigner({ db: handle.db, secretBox, issuer: config.baseUrl, logger })
   const bearer = createBearerAuthenticator({ db: handle.db, signer, isCacheTrusted: () => feed.isFresh() })
+  // Nonces derive from ENCRYPTION_KEY, which every instance of a deployment shares: each accepts the others' (docs/oauth.md#dpop).
+  const dpop = createDpopVerifier({ db: handle.db, nonces: await createDpopNonces(encryptionKey), publicUrl: config.publicUrl })
   const reloadSigner = () => signer.reload().catch((error) => logger.error('reloading signing keys failed', { error: String(error) }))
   const feed = await startInvalidationFeed({
     db: handle.db,
@@ -147,6 +151,7 @@ export async function createInstance(options: {
     logger,
     authenticateApiKey,
     bearer,
+    dpop,
     accounts,
     isCacheTrusted: feed.isFresh,
     signer,

@@ -8,7 +8,16 @@ export interface Caller {
   accountId: string
   credential:
     | { kind: 'api_key'; id: string }
-    | { kind: 'access_token'; grantId: string; clientId: string; userId: string; audience: string[]; exp: number }
+    | {
+        kind: 'access_token'
+        grantId: string
+        clientId: string
+        userId: string
+        audience: string[]
+        exp: number
+        /** The thumbprint of the DPoP key the token is bound to (its `cnf.jkt`, RFC 9449 §6); absent for a Bearer token. */
+        dpopJkt?: string
+      }
   scopes: readonly Scope[]
 }
 

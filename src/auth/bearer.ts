@@ -28,10 +28,11 @@ export interface BearerAuthenticatorDeps {
 const REVOKED_GRANT_MEMORY_MS = 16 * 60_000
 
 /**
- * Verifies `Authorization: Bearer` access tokens. The signature check (100–150 µs) and the
- * grant lookup run once per token per instance; after that the token is answered from memory
- * until it expires, unless its grant is revoked (seen through the invalidation feed within a
- * second, or at once on the instance that revoked it).
+ * Verifies access tokens. The signature check (100–150 µs) and the grant lookup run once per
+ * token per instance; after that the token is answered from memory until it expires, unless
+ * its grant is revoked (seen through the invalidation feed within a second, or at once on the
+ * instance that revoked it). What is cached is the token's own verdict: a DPoP-bound token's
+ * proof belongs to each request and is checked on every one (src/auth/plugin.ts).
  */
 export function createBearerAuthenticator(deps: BearerAuthenticatorDeps) {
   const now = deps.now ?? Date.now
@@ -54,6 +55,9 @@ export function createBearerAuthenticator(deps: BearerAuthenticatorDeps) {
     if (typeof grantId !== 'string' || typeof claims.account_id !== 'string' || typeof claims.client_id !== 'string') {
       return { error: 'The access token is invalid.' }
     }
+    const cnf = (claims as { cnf?: unknown }).cnf
+    const dpopJkt = typeof cnf === 'object' && cnf !== null ? (cnf as { jkt?: unknown }).jkt : undefined
+    if (cnf !== undefined && typeof dpopJkt !== 'string') return { error: 'The access token is invalid.' }
     const [grant] = await deps.db.select({ revokedAt: grants.revokedAt }).from(grants).where(eq(grants.id, grantId))
     if (!grant || grant.revokedAt) return { error: 'The access token has been revoked.' }
     const scopes = splitScope(claims.scope ?? '').filter(isScope)
@@ -62,7 +66,15 @@ export function createBearerAuthenticator(deps: BearerAuthenticatorDeps) {
       exp: claims.exp,
       caller: {
         accountId: claims.account_id,
-        credential: { kind: 'access_token', grantId, clientId: claims.client_id, userId: claims.sub, audience: ([] as string[]).concat(claims.aud), exp: claims.exp },
+        credential: {
+          kind: 'access_token',
+          grantId,
+          clientId: claims.client_id,
+          userId: claims.sub,
+          audience: ([] as string[]).concat(claims.aud),
+          exp: claims.exp,
+          ...(typeof dpopJkt === 'string' ? { dpopJkt } : {}),
+        },
         scopes,
       },
     }

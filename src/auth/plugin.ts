@@ -4,7 +4,8 @@ import { noteCaller, noteResponseHeaders, readJsonBody } from '../lib/http/found
 import type { AuthenticateApiKey, Caller } from './authenticator.ts'
 import type { Scope } from './scopes.ts'
 import type { BearerAuthenticator } from './bearer.ts'
-import { insufficientScope, unauthorized as unauthorizedChallenge } from './challenges.ts'
+import { DpopProofError, type DpopVerifier } from '../lib/security/dpop.ts'
+import { dpopUnauthorized, insufficientScope, schemeOf, unauthorized as unauthorizedChallenge, type TokenScheme } from './challenges.ts'
 import { rateLimitKey, type RequestRateLimiter } from './request-rate-limit.ts'
 import type { NoteUse } from './usage.ts'
 
@@ -27,6 +28,8 @@ export interface AuthRequirement {
 export interface AuthPluginDeps {
   authenticateApiKey: AuthenticateApiKey
   bearer: BearerAuthenticator
+  /** Checks the proof that comes with a DPoP-bound token (src/lib/security/dpop.ts). */
+  dpop: DpopVerifier
   baseUrl: string
   /** Absolute URL of the protected-resource metadata (RFC 9728) named in WWW-Authenticate. */
   resourceMetadataUrl: string
@@ -36,9 +39,37 @@ export interface AuthPluginDeps {
   noteUse?: NoteUse
 }
 
+const scopeHintOf = (requirement: AuthRequirement) => requirement.scopeHint ?? (requirement.scope ? [requirement.scope] : [])
+
 function unauthorized(deps: AuthPluginDeps, requirement: AuthRequirement, detail: string, tokenSent: boolean): ApiError {
-  const scopes = requirement.scopeHint ?? (requirement.scope ? [requirement.scope] : [])
-  return unauthorizedChallenge({ resourceMetadataUrl: deps.resourceMetadataUrl, detail, tokenSent, scopes })
+  return unauthorizedChallenge({ resourceMetadataUrl: deps.resourceMetadataUrl, detail, tokenSent, scopes: scopeHintOf(requirement) })
+}
+
+function dpopRefusal(deps: AuthPluginDeps, requirement: AuthRequirement, error: 'invalid_token' | 'invalid_dpop_proof' | 'use_dpop_nonce', detail: string, nonce?: string): ApiError {
+  return dpopUnauthorized({ resourceMetadataUrl: deps.resourceMetadataUrl, detail, error, scopes: scopeHintOf(requirement), nonce })
+}
+
+/**
+ * The token is the caller's only if it came the way it is bound (RFC 9449 §7): a DPoP-bound
+ * token with the DPoP scheme and a proof by its key for this request, never as Bearer (§7.2);
+ * a Bearer token as Bearer. Runs on every request, whatever the token cache knew.
+ */
+async function checkPossession(deps: AuthPluginDeps, requirement: AuthRequirement, request: Request, scheme: TokenScheme, token: string, caller: Caller): Promise<Caller> {
+  const boundTo = caller.credential.kind === 'access_token' ? caller.credential.dpopJkt : undefined
+  if (scheme === 'Bearer') {
+    if (boundTo) throw unauthorized(deps, requirement, 'This access token is bound to a DPoP key: send it as Authorization: DPoP <token> with a DPoP proof.', true)
+    return caller
+  }
+  if (!boundTo) throw dpopRefusal(deps, requirement, 'invalid_token', 'This access token is not bound to a DPoP key: send it as Authorization: Bearer <token>.')
+  let proven: string | undefined
+  try {
+    proven = await deps.dpop.check(request, { accessToken: token, boundTo })
+  } catch (error) {
+    if (!(error instanceof DpopProofError)) throw error
+    throw dpopRefusal(deps, requirement, error.error, error.message, error.error === 'use_dpop_nonce' ? await deps.dpop.nonces.current() : undefined)
+  }
+  if (proven === undefined) throw dpopRefusal(deps, requirement, 'invalid_dpop_proof', 'Authorization: DPoP needs a DPoP proof for this request in the DPoP header.')
+  return caller
 }
 
 /**
@@ -54,12 +85,14 @@ function checkScope(deps: AuthPluginDeps, caller: Caller, requirement: AuthRequi
       scopes: [requirement.scope],
       description: `This endpoint needs the ${requirement.scope} scope`,
       detail: `This credential lacks the ${requirement.scope} scope, which this endpoint needs. Authorize again asking for it (WWW-Authenticate names it).`,
+      scheme: schemeOf(caller),
     })
   }
   return caller
 }
 
-const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i
+// RFC 6750 §2.1 and RFC 9449 §7.1: the scheme, then the token as a token68.
+const ACCESS_TOKEN = /^(Bearer|DPoP) +([A-Za-z0-9\-._~+/]+=*) *$/i
 
 const REPEATED = Symbol('repeated')
 
@@ -146,15 +179,17 @@ async function identifyCaller(deps: AuthPluginDeps, requirement: AuthRequirement
     if (requirement.accepts === 'api_key') {
       throw new ApiError(403, 'forbidden', 'This endpoint acts on the account itself and takes an API key only.')
     }
-    const token = BEARER.exec(authorization)?.[1]
-    if (!token) throw unauthorized(deps, requirement, 'Send the access token as Authorization: Bearer <token>.', true)
+    const presented = ACCESS_TOKEN.exec(authorization)
+    if (!presented) throw unauthorized(deps, requirement, 'Send the access token as Authorization: Bearer <token>, or Authorization: DPoP <token> with a DPoP proof.', true)
+    const scheme: TokenScheme = presented[1]!.toLowerCase() === 'dpop' ? 'DPoP' : 'Bearer'
+    const token = presented[2]!
     let lastError = 'The access token is invalid.'
     for (const audience of requirement.audiences ?? [deps.baseUrl]) {
       const result = await deps.bearer.authenticate(token, audience)
-      if ('caller' in result) return result.caller
+      if ('caller' in result) return checkPossession(deps, requirement, request, scheme, token, result.caller)
       lastError = result.error
     }
-    throw unauthorized(deps, requirement, lastError, true)
+    throw scheme === 'DPoP' ? dpopRefusal(deps, requirement, 'invalid_token', lastError) : unauthorized(deps, requirement, lastError, true)
   }
   if (key === undefined) {
     const how = requirement.accepts === 'bearer' ? 'Authorization: Bearer <access token>' : '?key=<API key> or Authorization: Bearer <access token>'

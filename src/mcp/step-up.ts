@@ -1,5 +1,5 @@
 import type { Caller } from '../auth/authenticator.ts'
-import { inScopeOrder, insufficientScope } from '../auth/challenges.ts'
+import { inScopeOrder, insufficientScope, schemeOf } from '../auth/challenges.ts'
 import type { ApiError } from '../lib/http/errors.ts'
 import type { Scope } from '../auth/scopes.ts'
 import { TOOLS } from './tools.ts'
@@ -68,5 +68,6 @@ export function stepUpRefusal(caller: Caller, body: unknown, resourceMetadataUrl
     scopes: [...caller.scopes, ...called.map((tool) => tool.scope)],
     description: `${names} ${need} ${missing.join(' and ')}, which this access token lacks`,
     detail: `This access token lacks ${missing.join(' and ')}, which ${names} ${need}. Authorize again with the scopes WWW-Authenticate names (step-up), then send the request again; nothing of it was done.`,
+    scheme: schemeOf(caller),
   })
 }

@@ -3,6 +3,7 @@ import type { Config } from '../lib/config.ts'
 import { SCOPES } from '../auth/scopes.ts'
 import { cors } from '../lib/http/cors.ts'
 import { MCP_SCOPES } from '../mcp/scopes.ts'
+import { DPOP_SIGNING_ALGS } from '../lib/security/dpop.ts'
 import { AuthorizationServerMetadata, ProtectedResourceMetadata } from './schemas.ts'
 
 /**
@@ -39,6 +40,8 @@ export function authorizationServerMetadata(baseUrl: string) {
     revocation_endpoint_auth_methods_supported: ['none'],
     code_challenge_methods_supported: ['S256'],
     authorization_response_iss_parameter_supported: true,
+    // RFC 9449 §5.1: a token request with a proof gets a DPoP-bound token (docs/oauth.md#dpop).
+    dpop_signing_alg_values_supported: [...DPOP_SIGNING_ALGS],
     // A client_id may be the https URL of a client ID metadata document (src/oauth/client-metadata-document.ts).
     client_id_metadata_document_supported: true,
     service_documentation: `${baseUrl}/docs`,
@@ -61,6 +64,9 @@ export function protectedResourceMetadata(baseUrl: string, resource: 'api' | 'mc
     authorization_servers: [baseUrl],
     scopes_supported: resource === 'api' ? [...SCOPES] : [...MCP_SCOPES],
     bearer_methods_supported: ['header'],
+    // RFC 9728 §2: DPoP-bound tokens are accepted with their proofs, Bearer tokens too.
+    dpop_signing_alg_values_supported: [...DPOP_SIGNING_ALGS],
+    dpop_bound_access_tokens_required: false,
     resource_name: resource === 'api' ? 'Messaging Service API' : 'Messaging Service MCP server',
     resource_documentation: `${baseUrl}/docs`,
   }

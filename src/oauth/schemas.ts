@@ -94,6 +94,7 @@ export const AuthorizationServerMetadata = t.Object(
     revocation_endpoint_auth_methods_supported: t.Array(t.String()),
     code_challenge_methods_supported: t.Array(t.String()),
     authorization_response_iss_parameter_supported: t.Boolean(),
+    dpop_signing_alg_values_supported: t.Array(t.String(), { description: 'RFC 9449 §5.1: the algorithms a DPoP proof may be signed with.' }),
     service_documentation: t.String(),
   },
   { title: 'AuthorizationServerMetadata' },
@@ -106,6 +107,8 @@ export const ProtectedResourceMetadata = t.Object(
     authorization_servers: t.Array(t.String()),
     scopes_supported: t.Array(t.String()),
     bearer_methods_supported: t.Array(t.String()),
+    dpop_signing_alg_values_supported: t.Array(t.String(), { description: 'RFC 9728 §2: the algorithms a DPoP proof may be signed with.' }),
+    dpop_bound_access_tokens_required: t.Boolean({ description: 'RFC 9728 §2: false, Bearer tokens are accepted too.' }),
     resource_name: t.String(),
     resource_documentation: t.String(),
   },
@@ -157,7 +160,9 @@ export const RevocationResult = t.Object({}, { title: 'RevocationResult' })
 export const TokenResponseSchema = t.Object(
   {
     access_token: t.String({ description: 'An RFC 9068 JWT, valid for 15 minutes.' }),
-    token_type: t.Literal('Bearer'),
+    token_type: t.Union([t.Literal('Bearer'), t.Literal('DPoP')], {
+      description: '`DPoP` when the request carried a DPoP proof: the access token is bound to its key (RFC 9449 §5) and is sent as `Authorization: DPoP` with a proof.',
+    }),
     expires_in: Type.Integer(),
     refresh_token: t.String({ description: 'Opaque, 30 days, rotated on every use.' }),
     scope: t.String(),

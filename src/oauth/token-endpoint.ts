@@ -5,6 +5,8 @@ import { redeemAuthorizationCode } from './grants/authorization-code.ts'
 import { refreshTokenGrant } from './grants/refresh-token.ts'
 import { OAuthErrorSchema, RefreshRequestBody, TokenRequestBody, TokenResponseSchema } from './schemas.ts'
 import type { TokenDeps } from './tokens.ts'
+import { tokenRequestDpopKey } from './dpop-binding.ts'
+import type { DpopVerifier } from '../lib/security/dpop.ts'
 import { oauthWireFormat } from './wire-format.ts'
 
 // RFC 6749 §5.1: token responses are never cached.
@@ -13,25 +15,39 @@ const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' }
 /**
  * `POST /auth/token` (RFC 6749 §3.2: dispatches to the grant named by `grant_type`) and
  * `POST /auth/token/refresh` (the refresh grant at its own address), mounted under `/v0`.
+ * A `DPoP` proof is checked before the grant runs and its key handed to it (RFC 9449 §5,
+ * src/oauth/dpop-binding.ts); the answer then carries the current nonce (§8.2).
  */
-export function tokenEndpointRoutes(deps: TokenDeps) {
+export interface TokenEndpointDeps extends TokenDeps {
+  /** Checks the DPoP proof of a token request (src/oauth/dpop-binding.ts). */
+  dpop: DpopVerifier
+}
+
+export function tokenEndpointRoutes(deps: TokenEndpointDeps) {
+  const proofOf = async (request: Request, headers: Record<string, unknown>) => {
+    const dpopJkt = await tokenRequestDpopKey(deps.dpop, request)
+    if (dpopJkt) headers['dpop-nonce'] = await deps.dpop.nonces.current()
+    return dpopJkt
+  }
   return new Elysia({ tags: ['OAuth'] })
     .use(cors({ '/auth/token': ['POST'], '/auth/token/refresh': ['POST'] }))
     .use(oauthWireFormat({ forms: true }))
     .post(
       '/auth/token',
-      async ({ body, set }) => {
+      async ({ body, set, request }) => {
         Object.assign(set.headers, NO_STORE)
+        const dpopJkt = await proofOf(request, set.headers)
         if (body.grant_type === 'authorization_code') {
           return redeemAuthorizationCode(deps, {
             code: body.code,
             clientId: body.client_id,
             redirectUri: body.redirect_uri,
             codeVerifier: body.code_verifier,
+            dpopJkt,
           })
         }
         if (body.grant_type === 'refresh_token') {
-          return refreshTokenGrant(deps, { refreshToken: body.refresh_token, clientId: body.client_id, scope: body.scope })
+          return refreshTokenGrant(deps, { refreshToken: body.refresh_token, clientId: body.client_id, scope: body.scope, dpopJkt })
         }
         throw new OAuthError(400, 'unsupported_grant_type', 'grant_type must be authorization_code or refresh_token.')
       },
@@ -45,9 +61,10 @@ export function tokenEndpointRoutes(deps: TokenDeps) {
     )
     .post(
       '/auth/token/refresh',
-      async ({ body, set }) => {
+      async ({ body, set, request }) => {
         Object.assign(set.headers, NO_STORE)
-        return refreshTokenGrant(deps, { refreshToken: body.refresh_token, clientId: body.client_id, scope: body.scope })
+        const dpopJkt = await proofOf(request, set.headers)
+        return refreshTokenGrant(deps, { refreshToken: body.refresh_token, clientId: body.client_id, scope: body.scope, dpopJkt })
       },
       { parse: ['json', 'urlencoded'], body: RefreshRequestBody, response: { 200: TokenResponseSchema, 400: OAuthErrorSchema, 401: OAuthErrorSchema }, detail: { operationId: 'refreshToken', summary: 'Rotate a refresh token for a new token pair' } },
     )

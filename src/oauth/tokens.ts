@@ -37,14 +37,16 @@ export interface AccessTokenClaims {
   scope: string
   /** The grant the token belongs to: revoking the grant revokes the token. */
   grant_id: string
+  /** RFC 9449 §6: the thumbprint of the DPoP key the token is bound to, when it is. */
+  cnf?: { jkt: string }
 }
 
 export type Grant = typeof grants.$inferSelect
 
 export const invalidGrant = (description: string) => new OAuthError(400, 'invalid_grant', description)
 
-async function signAccessToken(deps: TokenDeps, grant: Grant, scope: string): Promise<string> {
-  const claims: AccessTokenClaims = { client_id: grant.clientId, account_id: grant.accountId, scope, grant_id: grant.id }
+async function signAccessToken(deps: TokenDeps, grant: Grant, scope: string, dpopJkt: string | undefined): Promise<string> {
+  const claims: AccessTokenClaims = { client_id: grant.clientId, account_id: grant.accountId, scope, grant_id: grant.id, ...(dpopJkt ? { cnf: { jkt: dpopJkt } } : {}) }
   return deps.signer.sign(claims as unknown as Record<string, unknown>, {
     typ: 'at+jwt',
     subject: grant.userId,
@@ -53,15 +55,31 @@ async function signAccessToken(deps: TokenDeps, grant: Grant, scope: string): Pr
   })
 }
 
-/** A new token pair for the grant; the caller stores the refresh token's hash. */
-export async function newTokenPair(deps: TokenDeps, grant: Grant, scope: string): Promise<TokenResponse> {
+/**
+ * An access token for the grant, bound to the DPoP key the token request proved (`dpopJkt`;
+ * undefined: the request had no DPoP header, a Bearer token). Every grant issues its access
+ * tokens here, so a proof binds them the same way whatever the grant (RFC 9449 §5, §6):
+ * `token_type: DPoP` and `cnf.jkt`.
+ */
+export async function issueAccessToken(
+  deps: TokenDeps,
+  grant: Grant,
+  scope: string,
+  dpopJkt: string | undefined,
+): Promise<Pick<TokenResponse, 'access_token' | 'token_type' | 'expires_in'>> {
   return {
-    access_token: await signAccessToken(deps, grant, scope),
-    token_type: 'Bearer',
+    access_token: await signAccessToken(deps, grant, scope, dpopJkt),
+    token_type: dpopJkt ? 'DPoP' : 'Bearer',
     expires_in: ACCESS_TOKEN_LIFETIME_SECONDS,
-    refresh_token: newSecret('rt_'),
-    scope,
   }
+}
+
+/**
+ * `issueAccessToken` and a new refresh token; the caller stores the refresh token's hash and,
+ * for a public client, the key it is bound to (`refreshTokenBinding`, src/oauth/dpop-binding.ts).
+ */
+export async function newTokenPair(deps: TokenDeps, grant: Grant, scope: string, dpopJkt: string | undefined): Promise<TokenResponse> {
+  return { ...(await issueAccessToken(deps, grant, scope, dpopJkt)), refresh_token: newSecret('rt_'), scope }
 }
 
 export const refreshTokenExpiry = () => new Date(Date.now() + REFRESH_TOKEN_LIFETIME_SECONDS * 1000)

@@ -56,7 +56,7 @@ export const PROBLEM_CODES: readonly ErrorCatalogEntry[] = [
     status: '401',
     title: 'No valid credential',
     happened:
-      'The request had no credential, or one that is unknown, revoked, expired, malformed or issued for another audience. WWW-Authenticate names the resource metadata and the scope to ask for.',
+      'The request had no credential, or one that is unknown, revoked, expired, malformed or issued for another audience, or a DPoP-bound token without a valid proof. WWW-Authenticate names the resource metadata and the scope to ask for (with DPoP, its error says what was wrong).',
     todo: 'Send a valid API key or bearer token. With OAuth, refresh the access token or authorize again using the metadata named in WWW-Authenticate.',
   },
   {
@@ -213,6 +213,21 @@ export const OAUTH_CODES: readonly ErrorCatalogEntry[] = [
     happened:
       'The authorization code or refresh token is unknown, expired, already used, revoked or another client\'s, or the redirect_uri or code_verifier does not match.',
     todo: 'Start a new authorization to obtain a new code and tokens.',
+  },
+  {
+    code: 'invalid_dpop_proof',
+    status: '400 (token endpoint), 401 (API and MCP, in WWW-Authenticate)',
+    title: 'Invalid DPoP proof',
+    happened:
+      'The DPoP header is not a valid proof for this request: its typ, alg (asymmetric only), jwk (a public key), signature, htm, htu, iat (within 60 s) or ath is wrong, or the proof was already used. error_description names the check that failed.',
+    todo: 'Sign a new proof for every request, with a new jti, the request\'s method and URL (PUBLIC_URL and the path, no query), and at the API and MCP the ath of the access token.',
+  },
+  {
+    code: 'use_dpop_nonce',
+    status: '400 (token endpoint), 401 (API and MCP, in WWW-Authenticate)',
+    title: 'DPoP nonce required',
+    happened: 'The DPoP proof carries no nonce, or one that has expired (nonces last 5 to 10 minutes). The response\'s DPoP-Nonce header holds the current one.',
+    todo: 'Sign the proof again with the DPoP-Nonce value as its nonce claim and send the request again; keep using the newest nonce the server sent.',
   },
   {
     code: 'unauthorized_client',

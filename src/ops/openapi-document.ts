@@ -53,7 +53,11 @@ const OAUTH_RESPONSES: Record<string, { name: string; description: string; heade
 }
 
 const HEADERS: Record<string, Json> = {
-  'WWW-Authenticate': { description: 'RFC 6750 challenge: `Bearer resource_metadata="…"`, with `error` and `scope` when they apply.', schema: { type: 'string' } },
+  'WWW-Authenticate': {
+    description:
+      'RFC 6750 challenge: `Bearer resource_metadata="…"`, with `error` and `scope` when they apply. To a request that sent `Authorization: DPoP`, an RFC 9449 challenge: `DPoP resource_metadata="…", scope="…", algs="…", error="…"` (`use_dpop_nonce` comes with a `DPoP-Nonce` header).',
+    schema: { type: 'string' },
+  },
   'Retry-After': { description: 'Seconds to wait before retrying.', schema: { type: 'integer', minimum: 1 } },
   'RateLimit-Policy': { description: 'The credential\'s quota: `"credential";q=<requests>;w=<seconds>` (bursts may reach twice `q`).', schema: { type: 'string' } },
   RateLimit: { description: 'Requests left and seconds until the full burst is back: `"credential";r=<left>;t=<seconds>`.', schema: { type: 'string' } },

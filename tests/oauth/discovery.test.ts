@@ -48,6 +48,7 @@ describe('authorization server metadata (RFC 8414)', () => {
       revocation_endpoint_auth_methods_supported: ['none'],
       code_challenge_methods_supported: ['S256'],
       authorization_response_iss_parameter_supported: true,
+      dpop_signing_alg_values_supported: ['ES256', 'ES384', 'ES512', 'RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'EdDSA'],
       client_id_metadata_document_supported: true,
       service_documentation: `${issuer}/docs`,
     })
@@ -84,6 +85,8 @@ describe('protected resource metadata (RFC 9728)', () => {
         authorization_servers: [issuer],
         scopes_supported: [...SCOPES],
         bearer_methods_supported: ['header'],
+        dpop_signing_alg_values_supported: ['ES256', 'ES384', 'ES512', 'RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'EdDSA'],
+        dpop_bound_access_tokens_required: false,
         resource_name: 'Messaging Service API',
         resource_documentation: `${issuer}/docs`,
       })
@@ -98,6 +101,8 @@ describe('protected resource metadata (RFC 9728)', () => {
         authorization_servers: [issuer],
         scopes_supported: ['hooks:read', 'hooks:write', 'messages:read'],
         bearer_methods_supported: ['header'],
+        dpop_signing_alg_values_supported: ['ES256', 'ES384', 'ES512', 'RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'EdDSA'],
+        dpop_bound_access_tokens_required: false,
         resource_name: 'Messaging Service MCP server',
         resource_documentation: `${issuer}/docs`,
       })

@@ -151,15 +151,14 @@ describe('the migration that erases successors kept by earlier releases', () => 
         tokenEndpointAuthMethod: 'none',
         applicationType: 'native',
       })
-      // In SQL: the schema of today has columns (grants.last_used_at) this older database lacks.
+      // In SQL: the schema of today has columns (grants.last_used_at, refresh_tokens.dpop_jkt) this older database lacks.
       await db.execute(sql`insert into grants (id, client_id, user_id, account_id, scope, audience) values ('grt_m', 'cli_m', 'usr_m', 'acc_m', 'account:read', array['x'])`)
-      const expiresAt = new Date(Date.now() + 86_400_000)
-      await db.insert(refreshTokens).values([
-        { tokenHash: 'rotated-last-month', grantId: 'grt_m', expiresAt, rotatedAt: sql`now() - interval '30 days'`, successorCiphertext: 'v1.old' },
-        { tokenHash: 'rotated-an-hour-ago', grantId: 'grt_m', expiresAt, rotatedAt: sql`now() - interval '1 hour'`, successorCiphertext: 'v1.hour' },
-        { tokenHash: 'rotated-just-now', grantId: 'grt_m', expiresAt, rotatedAt: sql`now() - interval '5 seconds'`, successorCiphertext: 'v1.now' },
-        { tokenHash: 'live', grantId: 'grt_m', expiresAt },
-      ])
+      const expiresAt = new Date(Date.now() + 86_400_000).toISOString()
+      await db.execute(sql`insert into refresh_tokens (token_hash, grant_id, expires_at, rotated_at, successor_ciphertext) values
+        ('rotated-last-month', 'grt_m', ${expiresAt}::timestamptz, now() - interval '30 days', 'v1.old'),
+        ('rotated-an-hour-ago', 'grt_m', ${expiresAt}::timestamptz, now() - interval '1 hour', 'v1.hour'),
+        ('rotated-just-now', 'grt_m', ${expiresAt}::timestamptz, now() - interval '5 seconds', 'v1.now'),
+        ('live', 'grt_m', ${expiresAt}::timestamptz, null, null)`)
       await previous.finish()
       const rows = await db.select({ tokenHash: refreshTokens.tokenHash, sealed: refreshTokens.successorCiphertext }).from(refreshTokens).orderBy(refreshTokens.tokenHash)
       expect(rows).toEqual([

@@ -156,6 +156,8 @@ export const refreshTokens = pgTable(
     expiresAt: timestamp('expires_at', { withTimezone: true, mode: 'date' }).notNull(),
     rotatedAt: timestamp('rotated_at', { withTimezone: true, mode: 'date' }),
     successorCiphertext: text('successor_ciphertext'),
+    /** The DPoP key (RFC 7638 thumbprint) a public client's refresh token is bound to (RFC 9449 §5); null: unbound. */
+    dpopJkt: text('dpop_jkt'),
     createdAt: createdAt(),
   },
   (table) => [

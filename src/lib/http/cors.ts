@@ -8,11 +8,11 @@ import { Elysia } from 'elysia'
  */
 export const CORS_RESPONSE_HEADERS: Readonly<Record<string, string>> = {
   'access-control-allow-origin': '*',
-  // Without these a browser client cannot read the 401 challenge or the MCP session.
-  'access-control-expose-headers': 'WWW-Authenticate, Mcp-Session-Id',
+  // Without these a browser client cannot read the 401 challenge, the MCP session or the DPoP nonce (RFC 9449 §8).
+  'access-control-expose-headers': 'WWW-Authenticate, Mcp-Session-Id, DPoP-Nonce',
 }
 
-export const CORS_ALLOWED_HEADERS = 'Authorization, Content-Type, MCP-Protocol-Version, Mcp-Session-Id, Last-Event-ID'
+export const CORS_ALLOWED_HEADERS = 'Authorization, Content-Type, MCP-Protocol-Version, Mcp-Session-Id, Last-Event-ID, DPoP'
 /** How long a browser may reuse a preflight answer (Chromium caps it at 2 hours, Firefox at 24). */
 export const CORS_MAX_AGE_SECONDS = 86_400
 

@@ -150,7 +150,7 @@ export function problemResponse(error: ApiError, requestId: string, publicUrl: s
   })
 }
 
-/** RFC 6749 §5.2 and RFC 7591 §3.2.2 error codes. */
+/** RFC 6749 §5.2 and RFC 7591 §3.2.2 error codes, and RFC 9449 §5, §8's DPoP ones. */
 export type OAuthErrorCode =
   | 'invalid_request'
   | 'invalid_client'
@@ -165,6 +165,8 @@ export type OAuthErrorCode =
   | 'invalid_target'
   | 'temporarily_unavailable'
   | 'slow_down'
+  | 'invalid_dpop_proof'
+  | 'use_dpop_nonce'
 
 const OAUTH_ERROR_CODES: ReadonlySet<string> = new Set<OAuthErrorCode>([
   'invalid_request',
@@ -180,6 +182,8 @@ const OAUTH_ERROR_CODES: ReadonlySet<string> = new Set<OAuthErrorCode>([
   'invalid_target',
   'temporarily_unavailable',
   'slow_down',
+  'invalid_dpop_proof',
+  'use_dpop_nonce',
 ])
 
 /**

@@ -9,6 +9,7 @@ import type { ValidAuthorizationRequest } from '../authorization-request.ts'
 import { idTokenAudience } from '../sign-in.ts'
 import { revokeGrant } from '../revocation.ts'
 import { invalidGrant, newTokenPair, refreshTokenExpiry, type TokenDeps, type TokenResponse } from '../tokens.ts'
+import { refreshTokenBinding } from '../dpop-binding.ts'
 
 /** The authorization code grant (RFC 6749 §4.1) with PKCE (RFC 7636): issuing a code, redeeming it. */
 
@@ -58,11 +59,12 @@ type Redemption = { tokens: TokenResponse } | { error: string }
  *    presentation, valid or not, and presented again it revokes everything issued from it (§4.1.2);
  * 3. it was issued to this client, has not expired (60 s), and `redirect_uri` is the one it was issued for;
  * 4. PKCE: the SHA-256 of `code_verifier` is its `code_challenge` (RFC 7636 §4.6);
- * then a grant is created and its first token pair issued.
+ * then a grant is created and its first token pair issued, bound to `dpopJkt` when the request
+ * carried a DPoP proof (src/oauth/dpop-binding.ts).
  */
 export async function redeemAuthorizationCode(
   deps: TokenDeps,
-  input: { code?: string; clientId?: string; redirectUri?: string; codeVerifier?: string },
+  input: { code?: string; clientId?: string; redirectUri?: string; codeVerifier?: string; dpopJkt: string | undefined },
 ): Promise<TokenResponse> {
   const client = await requireClient(deps.clients, input.clientId)
   if (!input.code || input.code.length > 256) throw invalidGrant('The authorization code is missing or malformed.')
@@ -90,8 +92,13 @@ export async function redeemAuthorizationCode(
       .values({ id: newId('grt'), clientId: client.id, userId: code.userId, accountId: code.accountId, scope: code.scope, audience: code.audience })
       .returning()
     await tx.update(authorizationCodes).set({ grantId: grant!.id }).where(eq(authorizationCodes.codeHash, code.codeHash))
-    const tokens = await newTokenPair(deps, grant!, code.scope)
-    await tx.insert(refreshTokens).values({ tokenHash: sha256Hex(tokens.refresh_token), grantId: grant!.id, expiresAt: refreshTokenExpiry() })
+    const tokens = await newTokenPair(deps, grant!, code.scope, input.dpopJkt)
+    await tx.insert(refreshTokens).values({
+      tokenHash: sha256Hex(tokens.refresh_token),
+      grantId: grant!.id,
+      expiresAt: refreshTokenExpiry(),
+      dpopJkt: refreshTokenBinding(client, input.dpopJkt),
+    })
     return { tokens }
   })
   if ('error' in redemption) throw invalidGrant(redemption.error)

@@ -9,6 +9,7 @@ import type { Logger } from '../../lib/runtime/logger.ts'
 import { startPeriodicSweep } from '../../lib/runtime/sweep.ts'
 import { revokeGrant } from '../revocation.ts'
 import { invalidGrant, newTokenPair, refreshTokenExpiry, type TokenDeps, type TokenResponse } from '../tokens.ts'
+import { refreshTokenBinding, requireRefreshKey } from '../dpop-binding.ts'
 
 /** The refresh token grant (RFC 6749 §6) with rotation (OAuth 2.1 §4.3.1). */
 
@@ -31,12 +32,17 @@ interface SealedSuccessor {
  * 1. the client is known (else 401 `invalid_client`);
  * 2. the token exists, belongs to this client's grant, the grant is not revoked and the token
  *    has not expired (30 days);
- * 3. the token was not rotated before. A rotated token presented within the grace window
+ * 3. a token bound to a DPoP key comes with a proof by that key (RFC 9449 §5). Checked before
+ *    the rotation, so that someone holding a copy of a rotated token but not the key cannot
+ *    get the grant revoked;
+ * 4. the token was not rotated before. A rotated token presented within the grace window
  *    (`OAUTH_REFRESH_GRACE_S`: agents refresh concurrently) gets the same successor pair; after
  *    it, the presentation is taken as theft and the whole grant is revoked. The sealed successor
  *    does not outlive the window (`startSuccessorErasure` below);
- * 4. the scope asked for is within the grant's;
- * then the token is rotated: a successor pair replaces it.
+ * 5. the scope asked for is within the grant's;
+ * then the token is rotated: a successor pair replaces it, its access token bound to the
+ * proof's key when there is one, its refresh token bound as this one was (or, unbound, to the
+ * proof's key when the client is public: src/oauth/dpop-binding.ts).
  *
  * The rotation is one statement (refreshes are hot: docs/performance.md, the refresh grant): it marks the token rotated
  * only if it still is not, and inserts the successor only if that happened. Of two concurrent
@@ -45,7 +51,7 @@ interface SealedSuccessor {
  */
 export async function refreshTokenGrant(
   deps: TokenDeps,
-  input: { refreshToken?: string; clientId?: string; scope?: string },
+  input: { refreshToken?: string; clientId?: string; scope?: string; dpopJkt: string | undefined },
 ): Promise<TokenResponse> {
   const client = await requireClient(deps.clients, input.clientId)
   if (!input.refreshToken || input.refreshToken.length > 256) throw invalidGrant('The refresh token is missing or malformed.')
@@ -59,6 +65,7 @@ export async function refreshTokenGrant(
     if (!row || row.grant.clientId !== client.id) throw invalidGrant('The refresh token is unknown.')
     if (row.grant.revokedAt) throw invalidGrant('The refresh token has been revoked.')
     if (row.token.expiresAt.getTime() <= Date.now()) throw invalidGrant('The refresh token has expired.')
+    requireRefreshKey(row.token.dpopJkt, input.dpopJkt)
 
     if (row.token.rotatedAt) {
       if (row.graceOpen && row.token.successorCiphertext) {
@@ -76,7 +83,7 @@ export async function refreshTokenGrant(
     }
 
     const scope = narrowedScope(row.grant.scope, input.scope)
-    const tokens = await newTokenPair(deps, row.grant, scope)
+    const tokens = await newTokenPair(deps, row.grant, scope, input.dpopJkt)
     // Without a window nothing would ever read it: keep nothing.
     const sealed =
       deps.refreshGraceSeconds > 0 ? await deps.secretBox.seal(JSON.stringify({ response: tokens, issuedAt: Date.now() } satisfies SealedSuccessor)) : null
@@ -87,8 +94,8 @@ export async function refreshTokenGrant(
             where token_hash = ${tokenHash} and rotated_at is null
             returning grant_id
           )
-          insert into ${refreshTokens} (token_hash, grant_id, expires_at)
-          select ${sha256Hex(tokens.refresh_token)}, grant_id, ${refreshTokenExpiry().toISOString()}::timestamptz from rotated
+          insert into ${refreshTokens} (token_hash, grant_id, expires_at, dpop_jkt)
+          select ${sha256Hex(tokens.refresh_token)}, grant_id, ${refreshTokenExpiry().toISOString()}::timestamptz, ${row.token.dpopJkt ?? refreshTokenBinding(client, input.dpopJkt)}::text from rotated
           returning token_hash`,
     )
     if (inserted.length === 1) return tokens

@@ -27,6 +27,7 @@ function expectCorsResponseHeaders(response: Response) {
   const exposed = response.headers.get('access-control-expose-headers')!.toLowerCase().split(/,\s*/)
   expect(exposed).toContain('www-authenticate')
   expect(exposed).toContain('mcp-session-id')
+  expect(exposed).toContain('dpop-nonce')
 }
 
 describe('preflight', () => {
@@ -38,7 +39,7 @@ describe('preflight', () => {
       expectCorsResponseHeaders(response)
       expect(response.headers.get('access-control-allow-methods')!.split(', ')).toContain(method)
       const allowed = response.headers.get('access-control-allow-headers')!.toLowerCase().split(/,\s*/)
-      for (const header of ['authorization', 'content-type', 'mcp-protocol-version', 'mcp-session-id', 'last-event-id']) {
+      for (const header of ['authorization', 'content-type', 'mcp-protocol-version', 'mcp-session-id', 'last-event-id', 'dpop']) {
         expect(allowed).toContain(header)
       }
       expect(response.headers.get('access-control-max-age')).toBe(String(CORS_MAX_AGE_SECONDS))
