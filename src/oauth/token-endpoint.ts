@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import { OAuthError } from '../lib/http/errors.ts'
 import { cors } from '../lib/http/cors.ts'
+import { authenticateClient } from './client-authentication.ts'
 import { redeemAuthorizationCode } from './grants/authorization-code.ts'
 import { refreshTokenGrant } from './grants/refresh-token.ts'
 import { OAuthErrorSchema, RefreshRequestBody, TokenRequestBody, TokenResponseSchema } from './schemas.ts'
@@ -11,8 +12,9 @@ import { oauthWireFormat } from './wire-format.ts'
 const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' }
 
 /**
- * `POST /auth/token` (RFC 6749 §3.2: dispatches to the grant named by `grant_type`) and
- * `POST /auth/token/refresh` (the refresh grant at its own address), mounted under `/v0`.
+ * `POST /auth/token` (RFC 6749 §3.2: authenticates the client, then dispatches to the grant
+ * named by `grant_type`) and `POST /auth/token/refresh` (the refresh grant at its own address),
+ * mounted under `/v0`.
  */
 export function tokenEndpointRoutes(deps: TokenDeps) {
   return new Elysia({ tags: ['OAuth'] })
@@ -20,18 +22,14 @@ export function tokenEndpointRoutes(deps: TokenDeps) {
     .use(oauthWireFormat({ forms: true }))
     .post(
       '/auth/token',
-      async ({ body, set }) => {
+      async ({ body, request, set }) => {
         Object.assign(set.headers, NO_STORE)
+        const client = await authenticateClient(deps, request.headers, body)
         if (body.grant_type === 'authorization_code') {
-          return redeemAuthorizationCode(deps, {
-            code: body.code,
-            clientId: body.client_id,
-            redirectUri: body.redirect_uri,
-            codeVerifier: body.code_verifier,
-          })
+          return redeemAuthorizationCode(deps, client, { code: body.code, redirectUri: body.redirect_uri, codeVerifier: body.code_verifier })
         }
         if (body.grant_type === 'refresh_token') {
-          return refreshTokenGrant(deps, { refreshToken: body.refresh_token, clientId: body.client_id, scope: body.scope })
+          return refreshTokenGrant(deps, client, { refreshToken: body.refresh_token, scope: body.scope })
         }
         throw new OAuthError(400, 'unsupported_grant_type', 'grant_type must be authorization_code or refresh_token.')
       },
@@ -40,14 +38,21 @@ export function tokenEndpointRoutes(deps: TokenDeps) {
         parse: ['json', 'urlencoded'],
         body: TokenRequestBody,
         response: { 200: TokenResponseSchema, 400: OAuthErrorSchema, 401: OAuthErrorSchema },
-        detail: { operationId: 'requestToken', summary: 'Exchange an authorization code (with its PKCE verifier) or a refresh token for tokens' },
+        detail: {
+          operationId: 'requestToken',
+          summary: 'Exchange an authorization code (with its PKCE verifier) or a refresh token for tokens',
+          description:
+            'The client authenticates as it registered: `client_id` alone (public clients), HTTP Basic (`client_secret_basic`), `client_secret` in the body ' +
+            '(`client_secret_post`) or `client_assertion` (`private_key_jwt`). A failed authentication is 401 `invalid_client`.',
+        },
       },
     )
     .post(
       '/auth/token/refresh',
-      async ({ body, set }) => {
+      async ({ body, request, set }) => {
         Object.assign(set.headers, NO_STORE)
-        return refreshTokenGrant(deps, { refreshToken: body.refresh_token, clientId: body.client_id, scope: body.scope })
+        const client = await authenticateClient(deps, request.headers, body)
+        return refreshTokenGrant(deps, client, { refreshToken: body.refresh_token, scope: body.scope })
       },
       { parse: ['json', 'urlencoded'], body: RefreshRequestBody, response: { 200: TokenResponseSchema, 400: OAuthErrorSchema, 401: OAuthErrorSchema }, detail: { operationId: 'refreshToken', summary: 'Rotate a refresh token for a new token pair' } },
     )
