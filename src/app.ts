@@ -97,7 +97,7 @@ export function createApp(deps: AppDeps) {
         .use(accountRoutes({ ...deps, ...auth }))
         .use(apiKeyRoutes({ ...deps, ...auth }))
         .use(connectedAppRoutes({ ...deps, ...auth }))
-        .use(registrationRoutes({ db: deps.db }))
+        .use(registrationRoutes({ db: deps.db, allowPrivateTargets: deps.config.webhookAllowPrivateTargets }))
         .use(jwksRoutes(deps))
         .use(signInRoutes({ db: deps.db, signer: deps.signer, baseUrl: deps.config.baseUrl }))
         .use(authorizeRoutes(tokens))

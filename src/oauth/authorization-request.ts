@@ -147,6 +147,10 @@ export async function checkAuthorizationRequest(
     throw error
   }
   if (!client) return { ok: false, redirect: false, description: 'This application is not registered (unknown client_id).' }
+  // A confidential client may be registered for the JWT bearer grant alone: it has no redirect to send anyone to.
+  if (!client.grantTypes.includes('authorization_code')) {
+    return { ok: false, redirect: false, description: 'This application is not registered for sign-in through this page (its grant_types do not include authorization_code).' }
+  }
   if (!params.redirect_uri || !matchesRegisteredRedirect(client.redirectUris, params.redirect_uri)) {
     return { ok: false, redirect: false, description: 'The redirect_uri is not one this application registered.' }
   }

@@ -1,18 +1,19 @@
 import { eq } from 'drizzle-orm'
 import type { Database } from '../lib/db/client.ts'
 import { oauthClients } from '../lib/db/schema.ts'
-import { OAuthError } from '../lib/http/errors.ts'
 import { isId } from '../lib/db/ids.ts'
 import { TtlCache } from '../lib/cache/ttl-cache.ts'
 import type { OutboundPolicy } from '../lib/security/outbound.ts'
-import { ClientLookupError, type OAuthClient } from './client-model.ts'
+import type { OAuthClient } from './client-model.ts'
 import { createMetadataDocumentClients, isMetadataDocumentClientId } from './client-metadata-document.ts'
+import { createClientKeySets, type ClientKeySets } from './client-keys.ts'
 
 /**
  * Where the OAuth endpoints look clients up: `find` answers null for a client that does not
- * exist, and throws ClientLookupError for one that names itself but cannot be used.
+ * exist, and throws ClientLookupError for one that names itself but cannot be used; `keysOf`
+ * gives a `private_key_jwt` client's public keys (client-keys.ts).
  */
-export interface ClientDirectory {
+export interface ClientDirectory extends ClientKeySets {
   find(clientId: string | undefined): Promise<OAuthClient | null>
   /**
    * Makes sure a client `find` returned has its row before something references it (an
@@ -23,10 +24,12 @@ export interface ClientDirectory {
 }
 
 export interface ClientDirectoryOptions {
-  /** How client ID metadata documents are fetched: WEBHOOK_ALLOW_PRIVATE_TARGETS and WEBHOOK_CA_FILE apply, as to webhooks. */
+  /** How client ID metadata documents and `jwks_uri` key sets are fetched: WEBHOOK_ALLOW_PRIVATE_TARGETS and WEBHOOK_CA_FILE apply, as to webhooks. */
   outbound: OutboundPolicy
   /** How long a document may take, all in (5 s). */
   documentTimeoutMs?: number
+  /** How long a key set may take, all in (5 s). */
+  jwksTimeoutMs?: number
   now?: () => number
 }
 
@@ -34,12 +37,15 @@ export interface ClientDirectoryOptions {
  * The clients of a database: registrations (`cli_…`) and, for a client_id that is an https
  * URL, the client its metadata document describes. Registrations never change once made (there
  * is no update or delete), so one read once is good for the life of the process; unknown ids
- * are not remembered. Documents are cached as their Cache-Control says (client-metadata-document.ts).
+ * are not remembered. Documents and `jwks_uri` key sets are cached as their Cache-Control says
+ * (client-metadata-document.ts, client-keys.ts).
  */
 export function createClientDirectory(db: Database, options: ClientDirectoryOptions): ClientDirectory {
   const clients = new TtlCache<OAuthClient>({ maxEntries: 10_000, ttlMs: 60 * 60_000 })
   const documents = createMetadataDocumentClients(db, { policy: options.outbound, timeoutMs: options.documentTimeoutMs, now: options.now })
+  const keySets = createClientKeySets({ policy: options.outbound, timeoutMs: options.jwksTimeoutMs, now: options.now })
   return {
+    keysOf: keySets.keysOf,
     async find(clientId) {
       if (!clientId) return null
       if (isMetadataDocumentClientId(clientId)) return documents.find(clientId)
@@ -55,20 +61,3 @@ export function createClientDirectory(db: Database, options: ClientDirectoryOpti
     },
   }
 }
-
-/** RFC 6749 §5.2: an unknown client at a token endpoint is 401 `invalid_client`; clients then register again. */
-export const invalidClient = () =>
-  new OAuthError(401, 'invalid_client', 'Unknown client_id: register the client again (POST /auth/register).')
-
-export async function requireClient(clients: ClientDirectory, clientId: string | undefined): Promise<OAuthClient> {
-  let client: OAuthClient | null
-  try {
-    client = await clients.find(clientId)
-  } catch (error) {
-    if (error instanceof ClientLookupError) throw new OAuthError(401, 'invalid_client', error.message)
-    throw error
-  }
-  if (!client) throw invalidClient()
-  return client
-}
-

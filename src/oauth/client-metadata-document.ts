@@ -54,11 +54,11 @@ export function clientIdUrlProblem(clientId: string): string | null {
   return null
 }
 
-/** Seconds to keep a document, from its Cache-Control, clamped to [60 s, 24 h]. */
-export function documentCacheSeconds(cacheControl: string | null): number {
+/** Seconds to keep a document, from its Cache-Control, clamped to `bounds` ([60 s, 24 h] for client metadata documents). */
+export function documentCacheSeconds(cacheControl: string | null, bounds = { min: DOCUMENT_CACHE_MIN_SECONDS, max: DOCUMENT_CACHE_MAX_SECONDS }): number {
   const maxAge = cacheControl ? /(?:^|,)\s*max-age\s*=\s*"?(\d+)"?\s*(?:,|$)/i.exec(cacheControl) : null
   const seconds = maxAge && !/(?:^|,)\s*(?:no-store|no-cache)\s*(?:,|$)/i.test(cacheControl!) ? Number(maxAge[1]) : 0
-  return Math.min(DOCUMENT_CACHE_MAX_SECONDS, Math.max(DOCUMENT_CACHE_MIN_SECONDS, seconds))
+  return Math.min(bounds.max, Math.max(bounds.min, seconds))
 }
 
 const describeDuration = (ms: number) => (ms % 1000 === 0 ? `${ms / 1000} s` : `${ms} ms`)
@@ -75,14 +75,16 @@ export interface FetchDocumentOptions {
 }
 
 /**
- * Fetches and validates the document `url` names (a client id clientIdUrlProblem accepted).
- * The timeout covers everything: the lookup, connecting, TLS, the answer and its body. Throws
- * ClientLookupError with what is wrong, in words the client's developer can act on.
+ * GETs a JSON document someone else publishes (a client metadata document, a client's JWKS)
+ * through the outbound guard, within `timeoutMs` all in (the lookup, connecting, TLS, the
+ * answer and its body) and `maxBytes`. Throws ClientLookupError, its message starting with
+ * `at` and saying what is wrong in words the client's developer can act on.
  */
-export async function fetchMetadataDocument(url: string, options: FetchDocumentOptions): Promise<{ metadata: ClientMetadata; maxAgeSeconds: number }> {
-  const timeoutMs = options.timeoutMs ?? METADATA_DOCUMENT_TIMEOUT_MS
-  const maxBytes = options.maxBytes ?? METADATA_DOCUMENT_MAX_BYTES
-  const at = `The client metadata document at ${url}`
+export async function fetchJsonDocument(
+  url: string,
+  options: { at: string; policy: OutboundPolicy; timeoutMs: number; maxBytes: number; redirectAdvice: string },
+): Promise<{ document: unknown; cacheControl: string | null }> {
+  const { at, timeoutMs, maxBytes } = options
   const signal = AbortSignal.timeout(timeoutMs)
   const networkFailure = (error: unknown) => {
     if (error instanceof ClientLookupError) return error
@@ -101,7 +103,7 @@ export async function fetchMetadataDocument(url: string, options: FetchDocumentO
     await response.body?.cancel().catch(() => {})
     if (response.status >= 300 && response.status < 400) {
       const location = response.headers.get('location')
-      throw new ClientLookupError(`${at} answered HTTP ${response.status}${location ? ` (a redirect to ${location.slice(0, 200)})` : ''}; redirects are not followed: serve the document at its client_id URL itself.`)
+      throw new ClientLookupError(`${at} answered HTTP ${response.status}${location ? ` (a redirect to ${location.slice(0, 200)})` : ''}; redirects are not followed: ${options.redirectAdvice}.`)
     }
     throw new ClientLookupError(`${at} answered HTTP ${response.status}, not 200.`)
   }
@@ -112,13 +114,26 @@ export async function fetchMetadataDocument(url: string, options: FetchDocumentO
     if (error instanceof BodyTooLarge) throw new ClientLookupError(`${at} is larger than ${describeSize(maxBytes)}.`)
     throw networkFailure(error)
   }
-  let document: unknown
   try {
-    document = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes))
+    return { document: JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes)), cacheControl: response.headers.get('cache-control') }
   } catch (error) {
     throw new ClientLookupError(`${at} is not JSON (${error instanceof SyntaxError ? error.message.slice(0, 200) : 'not UTF-8'}).`)
   }
-  return { metadata: validateMetadataDocument(url, document), maxAgeSeconds: documentCacheSeconds(response.headers.get('cache-control')) }
+}
+
+/**
+ * Fetches and validates the document `url` names (a client id clientIdUrlProblem accepted).
+ * Throws ClientLookupError with what is wrong.
+ */
+export async function fetchMetadataDocument(url: string, options: FetchDocumentOptions): Promise<{ metadata: ClientMetadata; maxAgeSeconds: number }> {
+  const { document, cacheControl } = await fetchJsonDocument(url, {
+    at: `The client metadata document at ${url}`,
+    policy: options.policy,
+    timeoutMs: options.timeoutMs ?? METADATA_DOCUMENT_TIMEOUT_MS,
+    maxBytes: options.maxBytes ?? METADATA_DOCUMENT_MAX_BYTES,
+    redirectAdvice: 'serve the document at its client_id URL itself',
+  })
+  return { metadata: validateMetadataDocument(url, document), maxAgeSeconds: documentCacheSeconds(cacheControl) }
 }
 
 /**
@@ -137,7 +152,9 @@ export function validateMetadataDocument(url: string, document: unknown): Client
   }
   const method = fields.token_endpoint_auth_method
   if (method !== undefined && method !== 'none') {
-    throw new ClientLookupError(`${at} asks for token_endpoint_auth_method ${quoted(method)}; this service has public clients only: leave it out or say "none".`)
+    throw new ClientLookupError(
+      `${at} asks for token_endpoint_auth_method ${quoted(method)}; a metadata document describes a public client (confidential clients register with POST /auth/register): leave it out or say "none".`,
+    )
   }
   if (fields.redirect_uris === undefined) throw new ClientLookupError(`${at} has no redirect_uris.`)
   // A document is written once for every server its client talks to: it may list grants this one

@@ -4,8 +4,10 @@ import { oauthClients } from '../lib/db/schema.ts'
 import { OAuthError } from '../lib/http/errors.ts'
 import { newId } from '../lib/db/ids.ts'
 import { isLoopbackHost } from '../lib/http/loopback.ts'
+import { newSecret, sha256Hex } from '../lib/security/crypto.ts'
 import { SCOPES, isScope, splitScope } from '../auth/scopes.ts'
-import { ApplicationType, ClientRegistrationRequest, ClientRegistrationResponse, GRANT_TYPES, MAX_REDIRECT_URI_LENGTH, RESPONSE_TYPES } from './schemas.ts'
+import { jwksUriProblem, keySetProblem, publicKeySet } from './client-jwks.ts'
+import { ApplicationType, ClientRegistrationRequest, ClientRegistrationResponse, GRANT_TYPES, JWT_BEARER_GRANT, MAX_REDIRECT_URI_LENGTH, RESPONSE_TYPES } from './schemas.ts'
 
 /**
  * What an OAuth client is: its stored row, the metadata it is registered with, the rules that
@@ -23,7 +25,15 @@ export type OAuthClient = typeof oauthClients.$inferSelect
 export type ClientRegistration = Static<typeof ClientRegistrationResponse>
 
 /** The metadata a client is registered with, defaults applied: RFC 7591 §2 names. */
-export type ClientMetadata = Omit<ClientRegistration, 'client_id' | 'client_id_issued_at'>
+export type ClientMetadata = Omit<ClientRegistration, 'client_id' | 'client_id_issued_at' | 'client_secret' | 'client_secret_expires_at'>
+
+export type ClientAuthenticationMethod = ClientMetadata['token_endpoint_auth_method']
+
+/** The methods that authenticate with a secret we issue (RFC 6749 §2.3.1). */
+export const usesClientSecret = (method: string) => method === 'client_secret_basic' || method === 'client_secret_post'
+
+/** Recognisable in a leak report or a secret scanner, like API keys (`sk_live_`). */
+export const CLIENT_SECRET_PREFIX = 'cs_'
 
 /**
  * A client that names itself but cannot be used, with why in words a person can act on (a client
@@ -159,39 +169,102 @@ function normalizeScope(scope: string): string {
 }
 
 /**
+ * The grants a client may register: authorization_code (with refresh_token if it likes), and,
+ * for a confidential client only, the JWT bearer grant of enterprise-managed authorization,
+ * which needs no redirect and may then be its only grant (the MCP SDK's CrossAppAccessProvider
+ * registers `grant_types: [jwt-bearer]`, `redirect_uris: []`).
+ */
+function grantTypesFor(request: ClientRegistrationRequestBody, method: ClientAuthenticationMethod): ClientMetadata['grant_types'] {
+  const grantTypes = [...new Set(request.grant_types ?? GRANT_TYPES)]
+  const jwtBearer = grantTypes.includes(JWT_BEARER_GRANT)
+  if (jwtBearer && method === 'none') {
+    throw invalidMetadata(
+      `grant_types: ${JWT_BEARER_GRANT} is for confidential clients; register with token_endpoint_auth_method client_secret_basic, client_secret_post or private_key_jwt.`,
+    )
+  }
+  // RFC 7591 §2.1: the `code` response type (the only one) goes with the authorization_code grant.
+  if (!grantTypes.includes('authorization_code') && !jwtBearer) {
+    throw invalidMetadata('grant_types: must include authorization_code, the grant that goes with the code response type.')
+  }
+  return grantTypes
+}
+
+/** RFC 7591 §2.1: `code` if and only if the authorization_code grant; the default follows the grants. */
+function responseTypesFor(request: ClientRegistrationRequestBody, grantTypes: readonly string[]): ClientMetadata['response_types'] {
+  const redirectBased = grantTypes.includes('authorization_code')
+  const responseTypes = [...new Set(request.response_types ?? (redirectBased ? RESPONSE_TYPES : []))]
+  if (redirectBased && responseTypes.length === 0) throw invalidMetadata('response_types: must include code, which goes with the authorization_code grant.')
+  if (!redirectBased && responseTypes.length > 0) throw invalidMetadata('response_types: code goes with the authorization_code grant, which grant_types does not include; leave response_types out.')
+  return responseTypes
+}
+
+/**
+ * How a confidential client proves itself (docs/oauth.md#confidential-clients): a secret we issue
+ * (client_secret_basic, client_secret_post: nothing more to register), or its public keys
+ * (private_key_jwt: exactly one of `jwks` and `jwks_uri`, RFC 7591 §2). `null` is read as absent.
+ */
+function keysFor(request: ClientRegistrationRequestBody, method: ClientAuthenticationMethod, allowPrivateTargets: boolean): Pick<ClientMetadata, 'jwks' | 'jwks_uri'> {
+  const jwks = request.jwks ?? undefined
+  const jwksUri = request.jwks_uri ?? undefined
+  if (method !== 'private_key_jwt') {
+    if (jwks !== undefined || jwksUri !== undefined) throw invalidMetadata(`jwks and jwks_uri go with token_endpoint_auth_method private_key_jwt, not ${method}.`)
+    return {}
+  }
+  if ((jwks === undefined) === (jwksUri === undefined)) {
+    throw invalidMetadata('private_key_jwt: give exactly one of jwks (your public keys) and jwks_uri (the https URL where you publish them).')
+  }
+  if (jwksUri !== undefined) {
+    const problem = jwksUriProblem(jwksUri, { allowPrivateTargets })
+    if (problem) throw invalidMetadata(`jwks_uri ${problem}.`)
+    return { jwks_uri: jwksUri }
+  }
+  const problem = keySetProblem(jwks!)
+  if (problem) throw invalidMetadata(`jwks/${problem}.`)
+  return { jwks: publicKeySet(jwks!) }
+}
+
+/**
  * The rules a schema cannot express, applied to a body the schema has accepted; throws the
  * OAuthError a client sees. Duplicates are dropped rather than refused: RFC 7591 §3.2.1 lets the
  * server adjust values, and the response tells the client what was registered.
+ * `allowPrivateTargets` (WEBHOOK_ALLOW_PRIVATE_TARGETS) lets a `jwks_uri` name a private address.
  */
-export function validateClientMetadata(request: ClientRegistrationRequestBody): ClientMetadata {
-  for (const [index, uri] of request.redirect_uris.entries()) {
+export function validateClientMetadata(request: ClientRegistrationRequestBody, options: { allowPrivateTargets?: boolean } = {}): ClientMetadata {
+  const requestedUris = request.redirect_uris ?? []
+  for (const [index, uri] of requestedUris.entries()) {
     const problem = redirectUriProblem(uri)
     if (problem) throw new OAuthError(400, 'invalid_redirect_uri', `redirect_uris/${index} ${problem}.`)
   }
-  const grantTypes = [...new Set(request.grant_types ?? GRANT_TYPES)]
-  // RFC 7591 §2.1: the `code` response type (the only one) goes with the authorization_code grant.
-  if (!grantTypes.includes('authorization_code')) {
-    throw invalidMetadata('grant_types: must include authorization_code, the grant that goes with the code response type.')
+  const method = request.token_endpoint_auth_method ?? 'none'
+  const grantTypes = grantTypesFor(request, method)
+  if (grantTypes.includes('authorization_code') && requestedUris.length === 0) {
+    throw invalidMetadata('redirect_uris: the authorization_code grant needs at least one redirect URI.')
   }
   if (request.client_name !== undefined) {
     const problem = clientNameProblem(request.client_name)
     if (problem) throw invalidMetadata(`client_name ${problem}.`)
   }
-  const redirectUris = [...new Set(request.redirect_uris)]
+  const redirectUris = [...new Set(requestedUris)]
   const metadata: ClientMetadata = {
     redirect_uris: redirectUris,
     grant_types: grantTypes,
-    response_types: [...new Set(request.response_types ?? RESPONSE_TYPES)],
-    token_endpoint_auth_method: request.token_endpoint_auth_method ?? 'none',
+    response_types: responseTypesFor(request, grantTypes),
+    token_endpoint_auth_method: method,
     application_type: applicationTypeFor(request.application_type, redirectUris),
+    ...keysFor(request, method, options.allowPrivateTargets ?? false),
   }
   if (request.client_name !== undefined) metadata.client_name = request.client_name
   if (request.scope !== undefined) metadata.scope = normalizeScope(request.scope)
   return metadata
 }
 
-/** Stores a client; the RFC 7591 §3.2.1 body: its id, issue time and the metadata as registered. */
+/**
+ * Stores a client; the RFC 7591 §3.2.1 body: its id, issue time and the metadata as registered,
+ * and for a client_secret_* client its new secret, which is in this body only: the row holds its
+ * SHA-256 (a 32-byte random secret needs no slow hash, as API keys).
+ */
 export async function storeClient(db: Database, metadata: ClientMetadata): Promise<ClientRegistration> {
+  const secret = usesClientSecret(metadata.token_endpoint_auth_method) ? newSecret(CLIENT_SECRET_PREFIX) : undefined
   const [client] = await db
     .insert(oauthClients)
     .values({
@@ -203,9 +276,15 @@ export async function storeClient(db: Database, metadata: ClientMetadata): Promi
       tokenEndpointAuthMethod: metadata.token_endpoint_auth_method,
       applicationType: metadata.application_type,
       scope: metadata.scope,
+      clientSecretHash: secret === undefined ? null : sha256Hex(secret),
+      jwks: metadata.jwks ?? null,
+      jwksUri: metadata.jwks_uri ?? null,
     })
     .returning({ id: oauthClients.id, createdAt: oauthClients.createdAt })
-  return { client_id: client!.id, client_id_issued_at: Math.floor(client!.createdAt.getTime() / 1000), ...metadata }
+  const registration: ClientRegistration = { client_id: client!.id, client_id_issued_at: Math.floor(client!.createdAt.getTime() / 1000), ...metadata }
+  // RFC 7591 §3.2.1: 0 says the secret does not expire.
+  if (secret !== undefined) Object.assign(registration, { client_secret: secret, client_secret_expires_at: 0 })
+  return registration
 }
 
 /** What the OAuth endpoints see of a document client: its id is the URL. */
@@ -219,6 +298,9 @@ export function asClient(url: string, metadata: ClientMetadata, createdAt: Date)
     tokenEndpointAuthMethod: metadata.token_endpoint_auth_method,
     applicationType: metadata.application_type,
     scope: metadata.scope ?? null,
+    clientSecretHash: null,
+    jwks: null,
+    jwksUri: null,
     createdAt,
   }
 }

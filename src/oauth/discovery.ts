@@ -4,7 +4,7 @@ import { SCOPES } from '../auth/scopes.ts'
 import { cors } from '../lib/http/cors.ts'
 import { MCP_SCOPES } from '../mcp/scopes.ts'
 import { DPOP_SIGNING_ALGS } from '../lib/security/dpop.ts'
-import { AuthorizationServerMetadata, ProtectedResourceMetadata } from './schemas.ts'
+import { AuthorizationServerMetadata, CLIENT_ASSERTION_ALGORITHMS, CLIENT_AUTHENTICATION_METHODS, ProtectedResourceMetadata } from './schemas.ts'
 
 /**
  * Discovery documents (docs/api.md#discovery-documents) at their documented paths under `/v0` and at the RFC 8414 / RFC 9728
@@ -36,8 +36,11 @@ export function authorizationServerMetadata(baseUrl: string) {
     response_types_supported: ['code'],
     response_modes_supported: ['query'],
     grant_types_supported: ['authorization_code', 'refresh_token'],
-    token_endpoint_auth_methods_supported: ['none'],
-    revocation_endpoint_auth_methods_supported: ['none'],
+    // Every method at both endpoints, with the same client authentication (src/oauth/client-authentication.ts).
+    token_endpoint_auth_methods_supported: [...CLIENT_AUTHENTICATION_METHODS],
+    token_endpoint_auth_signing_alg_values_supported: [...CLIENT_ASSERTION_ALGORITHMS],
+    revocation_endpoint_auth_methods_supported: [...CLIENT_AUTHENTICATION_METHODS],
+    revocation_endpoint_auth_signing_alg_values_supported: [...CLIENT_ASSERTION_ALGORITHMS],
     code_challenge_methods_supported: ['S256'],
     authorization_response_iss_parameter_supported: true,
     // RFC 9449 §5.1: a token request with a proof gets a DPoP-bound token (docs/oauth.md#dpop).

@@ -7,7 +7,7 @@ import { sha256Hex } from '../lib/security/crypto.ts'
 import { recordInvalidation } from '../lib/cache/invalidation-feed.ts'
 import { endGrantEventSubscriptions } from '../mcp/event-subscriptions.ts'
 import { cors } from '../lib/http/cors.ts'
-import { requireClient } from './client-directory.ts'
+import { readClientCredentials, verifyClientCredentials, type ClientAuthenticationParameters } from './client-authentication.ts'
 import { isMetadataDocumentClientId } from './client-metadata-document.ts'
 import { OAuthErrorSchema, RevocationResult, RevokeRequestBody } from './schemas.ts'
 import type { AccessTokenClaims, TokenDeps } from './tokens.ts'
@@ -30,27 +30,36 @@ export async function revokeGrant(db: DatabaseTransaction, grantId: string, reas
 }
 
 /**
+ * RFC 7009 §2.1: the client of a revocation request, authenticated as at the token endpoint
+ * (src/oauth/client-authentication.ts). A metadata document's client is not looked up: it is
+ * public, its tokens are bound to its URL, and a document that is down or changed must not keep
+ * them alive (RFC 7009 asks nothing more of a public client).
+ */
+export async function revokingClientId(deps: TokenDeps, headers: Headers, body: ClientAuthenticationParameters): Promise<string> {
+  const credentials = readClientCredentials(headers, body)
+  if (credentials.method === 'none' && credentials.clientId && isMetadataDocumentClientId(credentials.clientId)) return credentials.clientId
+  return (await verifyClientCredentials(deps, credentials)).id
+}
+
+/**
  * RFC 7009: revokes the grant of a refresh or access token that belongs to the calling client.
  * Unknown, expired or foreign tokens are not an error (§2.2): the answer does not tell them apart.
  */
-export async function revokeToken(deps: TokenDeps, input: { token?: string; clientId?: string }): Promise<void> {
-  // A metadata-document client is not looked up: its tokens are bound to its URL, and a document
-  // that is down or changed must not keep them alive (RFC 7009 asks nothing more of a public client).
-  const client = input.clientId && isMetadataDocumentClientId(input.clientId) ? { id: input.clientId } : await requireClient(deps.clients, input.clientId)
-  if (!input.token || input.token.length > 4096) throw new OAuthError(400, 'invalid_request', 'token is required.')
+export async function revokeToken(deps: TokenDeps, clientId: string, token: string | undefined): Promise<void> {
+  if (!token || token.length > 4096) throw new OAuthError(400, 'invalid_request', 'token is required.')
   const [refresh] = await deps.db
     .select({ grantId: grants.id, clientId: grants.clientId })
     .from(refreshTokens)
     .innerJoin(grants, eq(grants.id, refreshTokens.grantId))
-    .where(eq(refreshTokens.tokenHash, sha256Hex(input.token)))
+    .where(eq(refreshTokens.tokenHash, sha256Hex(token)))
   if (refresh) {
-    if (refresh.clientId === client.id) await deps.db.transaction((tx) => revokeGrant(tx, refresh.grantId, 'revoked by the client'))
+    if (refresh.clientId === clientId) await deps.db.transaction((tx) => revokeGrant(tx, refresh.grantId, 'revoked by the client'))
     return
   }
   for (const audience of [deps.baseUrl, `${deps.baseUrl}/mcp`]) {
     try {
-      const claims = (await deps.signer.verify(input.token, { typ: 'at+jwt', audience })) as unknown as AccessTokenClaims
-      if (claims.client_id === client.id && typeof claims.grant_id === 'string') {
+      const claims = (await deps.signer.verify(token, { typ: 'at+jwt', audience })) as unknown as AccessTokenClaims
+      if (claims.client_id === clientId && typeof claims.grant_id === 'string') {
         const grantId = claims.grant_id
         await deps.db.transaction((tx) => revokeGrant(tx, grantId, 'revoked by the client'))
       }
@@ -68,9 +77,9 @@ export function revocationRoutes(deps: TokenDeps) {
     .use(oauthWireFormat({ forms: true }))
     .post(
       '/auth/revoke',
-      async ({ body, set }) => {
+      async ({ body, request, set }) => {
         set.headers['cache-control'] = 'no-store'
-        await revokeToken(deps, { token: body.token, clientId: body.client_id })
+        await revokeToken(deps, await revokingClientId(deps, request.headers, body), body.token)
         await deps.syncCaches()
         return {}
       },
@@ -82,7 +91,9 @@ export function revocationRoutes(deps: TokenDeps) {
         detail: {
           operationId: 'revokeToken',
           summary: "Revoke a refresh or access token's grant (RFC 7009)",
-          description: 'An unknown, expired or already revoked token is not an error (RFC 7009 §2.2): the answer is 200 `{}` either way.',
+          description:
+            'An unknown, expired or already revoked token is not an error (RFC 7009 §2.2): the answer is 200 `{}` either way. ' +
+            'The client authenticates as at the token endpoint (its registered `token_endpoint_auth_method`); a failed authentication is 401 `invalid_client`.',
         },
       },
     )

@@ -1,6 +1,6 @@
 import { t } from 'elysia'
 import { AccountParams } from '../lib/http/params.ts'
-import { Type } from '@sinclair/typebox'
+import { Type, type TLiteral } from '@sinclair/typebox'
 import { SCOPES } from '../auth/scopes.ts'
 
 export const MAX_REDIRECT_URIS = 10
@@ -8,11 +8,62 @@ export const MAX_REDIRECT_URI_LENGTH = 2048
 export const MAX_CLIENT_NAME_LENGTH = 256
 export const MAX_SCOPE_LENGTH = 512
 
+/** One literal schema per value, as a tuple: a union of them is typed as the union of the values. */
+const literals = <T extends readonly string[]>(values: T) => values.map((value) => t.Literal(value)) as unknown as { -readonly [K in keyof T]: TLiteral<T[K]> }
+
+/** The grant types a registration gets when it names none. */
 export const GRANT_TYPES = ['authorization_code', 'refresh_token'] as const
 export const RESPONSE_TYPES = ['code'] as const
+/** RFC 7523 §2.1: the JWT bearer grant (enterprise-managed authorization's ID-JAGs), for confidential clients only. */
+export const JWT_BEARER_GRANT = 'urn:ietf:params:oauth:grant-type:jwt-bearer'
 
-export const GrantType = t.Union([t.Literal('authorization_code'), t.Literal('refresh_token')])
+export const GrantType = t.Union([t.Literal('authorization_code'), t.Literal('refresh_token'), t.Literal(JWT_BEARER_GRANT)])
 export const ResponseType = t.Literal('code')
+
+/** How a client authenticates at the token and revocation endpoints (RFC 7591 §2, RFC 7523 §2.2; docs/oauth.md#confidential-clients). */
+export const CLIENT_AUTHENTICATION_METHODS = ['none', 'client_secret_basic', 'client_secret_post', 'private_key_jwt'] as const
+export const TokenEndpointAuthMethod = t.Union(
+  literals(CLIENT_AUTHENTICATION_METHODS),
+  {
+    description:
+      '`none` (the default): a public client, no secret. `client_secret_basic` / `client_secret_post`: a secret is issued, returned once in this response, ' +
+      'sent in HTTP Basic or in the body. `private_key_jwt`: a JWT signed with a key of `jwks` or `jwks_uri` (RFC 7523 §2.2).',
+  },
+)
+
+/** The signature algorithms a `private_key_jwt` assertion may use: asymmetric ones only (an HMAC would need a secret we hold). */
+export const CLIENT_ASSERTION_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'] as const
+const MAX_CLIENT_KEYS = 10
+
+const base64url = (maxLength: number) => t.String({ minLength: 1, maxLength, pattern: '^[A-Za-z0-9_-]+$' })
+
+/**
+ * One public signing key of a `private_key_jwt` client (RFC 7517 §4, RFC 7518 §6). Other members
+ * (`x5c`, `x5t`, …) are allowed and dropped; private key members (`d`, `p`, `q`, `dp`, `dq`,
+ * `qi`, `oth`, `k`) are refused with a description that names them (client-jwks.ts).
+ */
+export const ClientJwk = t.Object(
+  {
+    kty: t.Union([t.Literal('RSA'), t.Literal('EC'), t.Literal('OKP')], { description: 'Asymmetric keys only: RSA (2048 to 8192 bits), EC (P-256, P-384, P-521) or OKP (Ed25519).' }),
+    kid: t.Optional(t.String({ minLength: 1, maxLength: 256, description: 'Distinct within the set; assertions name it in their `kid` header.' })),
+    use: t.Optional(t.Literal('sig')),
+    key_ops: t.Optional(t.Array(t.String({ maxLength: 32 }), { maxItems: 8, description: 'If given, must include `verify`.' })),
+    alg: t.Optional(t.Union(literals(CLIENT_ASSERTION_ALGORITHMS))),
+    crv: t.Optional(t.Union([t.Literal('P-256'), t.Literal('P-384'), t.Literal('P-521'), t.Literal('Ed25519')])),
+    x: t.Optional(base64url(100)),
+    y: t.Optional(base64url(100)),
+    n: t.Optional(base64url(1400)),
+    e: t.Optional(base64url(12)),
+  },
+  { additionalProperties: true, title: 'ClientJwk' },
+)
+
+/** RFC 7517 §5: a client's public keys, inline at registration or published at its `jwks_uri`. */
+export const ClientJwks = t.Object(
+  { keys: t.Array(ClientJwk, { minItems: 1, maxItems: MAX_CLIENT_KEYS }) },
+  { additionalProperties: true, title: 'ClientJwks' },
+)
+
 export const ApplicationType = t.Union([t.Literal('web'), t.Literal('native')], {
   description:
     '`native`: an app on the user\'s device (loopback or private-use-scheme redirect URIs, and claimed https URLs); `web`: https redirect URIs on a web host only. ' +
@@ -30,14 +81,13 @@ const scopeDescription = `Space-separated scopes, each one of: ${SCOPES.join(', 
  */
 export const ClientRegistrationRequest = t.Object(
   {
-    redirect_uris: t.Array(t.String({ minLength: 1 }), {
-      minItems: 1,
+    redirect_uris: t.Optional(t.Array(t.String({ minLength: 1 }), {
       maxItems: MAX_REDIRECT_URIS,
       description:
-        `Where the user may be sent back, each at most ${MAX_REDIRECT_URI_LENGTH} characters, no fragment, no userinfo: ` +
+        `Required with the authorization_code grant (1 to ${MAX_REDIRECT_URIS}). Where the user may be sent back, each at most ${MAX_REDIRECT_URI_LENGTH} characters, no fragment, no userinfo: ` +
         'https; http only on a loopback host (127.0.0.1, [::1], localhost); or a private-use scheme such as `com.example.app:/cb` ' +
         '(never javascript, vbscript, data, blob, file, filesystem, jar, view-source, about, urn, intent, ws, wss, ftp, mailto, tel, sms, nor any scheme starting with chrome).',
-    }),
+    })),
     client_name: t.Optional(
       t.String({
         maxLength: MAX_CLIENT_NAME_LENGTH,
@@ -47,11 +97,22 @@ export const ClientRegistrationRequest = t.Object(
     ),
     scope: t.Optional(t.String({ minLength: 1, maxLength: MAX_SCOPE_LENGTH, description: scopeDescription })),
     grant_types: t.Optional(
-      t.Array(GrantType, { minItems: 1, description: 'Default `["authorization_code", "refresh_token"]`.' }),
+      t.Array(GrantType, {
+        minItems: 1,
+        description:
+          `Default \`["authorization_code", "refresh_token"]\`. Must include \`authorization_code\`, except for a confidential client that registers \`${JWT_BEARER_GRANT}\` (enterprise-managed authorization), which only confidential clients may.`,
+      }),
     ),
-    response_types: t.Optional(t.Array(ResponseType, { minItems: 1, description: 'Default `["code"]`.' })),
-    token_endpoint_auth_method: t.Optional(t.Literal('none', { description: 'Public clients only: `none` (the default).' })),
+    response_types: t.Optional(t.Array(ResponseType, { description: 'Default `["code"]` with the authorization_code grant, else `[]`.' })),
+    token_endpoint_auth_method: t.Optional(TokenEndpointAuthMethod),
     application_type: t.Optional(ApplicationType),
+    // null is read as absent: real clients (the MCP Inspector) send "jwks_uri": null.
+    jwks: t.Optional(t.Union([ClientJwks, t.Null()], { description: '`private_key_jwt` only, and exactly one of `jwks` and `jwks_uri`: the public keys its assertions are signed with.' })),
+    jwks_uri: t.Optional(
+      t.Union([t.String({ minLength: 1, maxLength: MAX_REDIRECT_URI_LENGTH }), t.Null()], {
+        description: '`private_key_jwt` only: an https URL (a public address) where the client publishes its keys; fetched within 5 s and 16 KB, kept as its Cache-Control says (1 minute to 1 hour).',
+      }),
+    ),
   },
   { additionalProperties: true, title: 'ClientRegistrationRequest' },
 )
@@ -66,8 +127,12 @@ export const ClientRegistrationResponse = t.Object(
     scope: t.Optional(t.String()),
     grant_types: t.Array(GrantType),
     response_types: t.Array(ResponseType),
-    token_endpoint_auth_method: t.Literal('none'),
+    token_endpoint_auth_method: TokenEndpointAuthMethod,
     application_type: ApplicationType,
+    client_secret: t.Optional(t.String({ description: '`client_secret_basic` and `client_secret_post` only. Shown this once: only its hash is stored.' })),
+    client_secret_expires_at: t.Optional(Type.Integer({ description: 'With `client_secret`: 0, the secret does not expire.' })),
+    jwks: t.Optional(ClientJwks),
+    jwks_uri: t.Optional(t.String()),
   },
   { title: 'ClientRegistrationResponse' },
 )
@@ -91,7 +156,9 @@ export const AuthorizationServerMetadata = t.Object(
     response_modes_supported: t.Array(t.String()),
     grant_types_supported: t.Array(t.String()),
     token_endpoint_auth_methods_supported: t.Array(t.String()),
+    token_endpoint_auth_signing_alg_values_supported: t.Array(t.String()),
     revocation_endpoint_auth_methods_supported: t.Array(t.String()),
+    revocation_endpoint_auth_signing_alg_values_supported: t.Array(t.String()),
     code_challenge_methods_supported: t.Array(t.String()),
     authorization_response_iss_parameter_supported: t.Boolean(),
     dpop_signing_alg_values_supported: t.Array(t.String(), { description: 'RFC 9449 §5.1: the algorithms a DPoP proof may be signed with.' }),
@@ -120,12 +187,24 @@ const CLIENT_ID_MAX_LENGTH = 2048
 
 const optionalParameter = (maxLength: number) => t.Optional(t.String({ maxLength }))
 
-// Standard clients send extra parameters (RFC 8707 `resource`, an empty `client_secret`, …):
-// they are accepted and ignored, as RFC 6749 §3.2 asks.
+/**
+ * How a client proves who it is in a token or revocation request's body (RFC 6749 §2.3.1,
+ * RFC 7523 §2.2); `client_secret_basic` sends its id and secret in `Authorization: Basic`
+ * instead. An empty `client_secret`, which some public clients send, counts as none.
+ */
+export const ClientAuthentication = t.Object({
+  client_id: optionalParameter(CLIENT_ID_MAX_LENGTH),
+  client_secret: t.Optional(t.String({ maxLength: 256, description: '`client_secret_post` clients.' })),
+  client_assertion: t.Optional(t.String({ maxLength: 8192, description: '`private_key_jwt` clients: a JWT signed with one of the keys they registered (RFC 7523 §3).' })),
+  client_assertion_type: t.Optional(t.String({ maxLength: 128, description: 'With client_assertion: `urn:ietf:params:oauth:client-assertion-type:jwt-bearer`.' })),
+})
+
+// Standard clients send extra parameters (RFC 8707 `resource`, …): they are accepted and
+// ignored, as RFC 6749 §3.2 asks.
 export const TokenRequestBody = t.Object(
   {
     grant_type: t.String({ maxLength: 64 }),
-    client_id: optionalParameter(CLIENT_ID_MAX_LENGTH),
+    ...ClientAuthentication.properties,
     code: optionalParameter(256),
     redirect_uri: optionalParameter(2048),
     code_verifier: optionalParameter(256),
@@ -139,7 +218,7 @@ export const RefreshRequestBody = t.Object(
   {
     grant_type: t.Optional(t.Literal('refresh_token')),
     refresh_token: t.String({ maxLength: 256 }),
-    client_id: t.String({ maxLength: CLIENT_ID_MAX_LENGTH }),
+    ...ClientAuthentication.properties,
     scope: optionalParameter(512),
   },
   { additionalProperties: true, title: 'RefreshTokenRequest' },
@@ -149,7 +228,7 @@ export const RevokeRequestBody = t.Object(
   {
     token: t.String({ maxLength: 4096 }),
     token_type_hint: optionalParameter(64),
-    client_id: t.String({ maxLength: CLIENT_ID_MAX_LENGTH }),
+    ...ClientAuthentication.properties,
   },
   { additionalProperties: true, title: 'RevocationRequest' },
 )

@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import { OAuthError } from '../lib/http/errors.ts'
 import { cors } from '../lib/http/cors.ts'
+import { authenticateClient } from './client-authentication.ts'
 import { redeemAuthorizationCode } from './grants/authorization-code.ts'
 import { refreshTokenGrant } from './grants/refresh-token.ts'
 import { OAuthErrorSchema, RefreshRequestBody, TokenRequestBody, TokenResponseSchema } from './schemas.ts'
@@ -13,10 +14,10 @@ import { oauthWireFormat } from './wire-format.ts'
 const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' }
 
 /**
- * `POST /auth/token` (RFC 6749 §3.2: dispatches to the grant named by `grant_type`) and
- * `POST /auth/token/refresh` (the refresh grant at its own address), mounted under `/v0`.
- * A `DPoP` proof is checked before the grant runs and its key handed to it (RFC 9449 §5,
- * src/oauth/dpop-binding.ts); the answer then carries the current nonce (§8.2).
+ * `POST /auth/token` (RFC 6749 §3.2: authenticates the client, then dispatches to the grant
+ * named by `grant_type`) and `POST /auth/token/refresh` (the refresh grant at its own address),
+ * mounted under `/v0`. A `DPoP` proof is checked first and its key handed to the grant (RFC 9449
+ * §5, src/oauth/dpop-binding.ts); the answer then carries the current nonce (§8.2).
  */
 export interface TokenEndpointDeps extends TokenDeps {
   /** Checks the DPoP proof of a token request (src/oauth/dpop-binding.ts). */
@@ -34,20 +35,15 @@ export function tokenEndpointRoutes(deps: TokenEndpointDeps) {
     .use(oauthWireFormat({ forms: true }))
     .post(
       '/auth/token',
-      async ({ body, set, request }) => {
+      async ({ body, request, set }) => {
         Object.assign(set.headers, NO_STORE)
         const dpopJkt = await proofOf(request, set.headers)
+        const client = await authenticateClient(deps, request.headers, body)
         if (body.grant_type === 'authorization_code') {
-          return redeemAuthorizationCode(deps, {
-            code: body.code,
-            clientId: body.client_id,
-            redirectUri: body.redirect_uri,
-            codeVerifier: body.code_verifier,
-            dpopJkt,
-          })
+          return redeemAuthorizationCode(deps, client, { code: body.code, redirectUri: body.redirect_uri, codeVerifier: body.code_verifier, dpopJkt })
         }
         if (body.grant_type === 'refresh_token') {
-          return refreshTokenGrant(deps, { refreshToken: body.refresh_token, clientId: body.client_id, scope: body.scope, dpopJkt })
+          return refreshTokenGrant(deps, client, { refreshToken: body.refresh_token, scope: body.scope, dpopJkt })
         }
         throw new OAuthError(400, 'unsupported_grant_type', 'grant_type must be authorization_code or refresh_token.')
       },
@@ -56,15 +52,22 @@ export function tokenEndpointRoutes(deps: TokenEndpointDeps) {
         parse: ['json', 'urlencoded'],
         body: TokenRequestBody,
         response: { 200: TokenResponseSchema, 400: OAuthErrorSchema, 401: OAuthErrorSchema },
-        detail: { operationId: 'requestToken', summary: 'Exchange an authorization code (with its PKCE verifier) or a refresh token for tokens' },
+        detail: {
+          operationId: 'requestToken',
+          summary: 'Exchange an authorization code (with its PKCE verifier) or a refresh token for tokens',
+          description:
+            'The client authenticates as it registered: `client_id` alone (public clients), HTTP Basic (`client_secret_basic`), `client_secret` in the body ' +
+            '(`client_secret_post`) or `client_assertion` (`private_key_jwt`). A failed authentication is 401 `invalid_client`.',
+        },
       },
     )
     .post(
       '/auth/token/refresh',
-      async ({ body, set, request }) => {
+      async ({ body, request, set }) => {
         Object.assign(set.headers, NO_STORE)
         const dpopJkt = await proofOf(request, set.headers)
-        return refreshTokenGrant(deps, { refreshToken: body.refresh_token, clientId: body.client_id, scope: body.scope, dpopJkt })
+        const client = await authenticateClient(deps, request.headers, body)
+        return refreshTokenGrant(deps, client, { refreshToken: body.refresh_token, scope: body.scope, dpopJkt })
       },
       { parse: ['json', 'urlencoded'], body: RefreshRequestBody, response: { 200: TokenResponseSchema, 400: OAuthErrorSchema, 401: OAuthErrorSchema }, detail: { operationId: 'refreshToken', summary: 'Rotate a refresh token for a new token pair' } },
     )

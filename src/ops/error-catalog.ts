@@ -202,9 +202,13 @@ export const OAUTH_CODES: readonly ErrorCatalogEntry[] = [
   {
     code: 'invalid_client',
     status: '401',
-    title: 'Unknown client',
-    happened: 'The client_id is unknown at the token or revocation endpoint, or its client ID metadata document could not be used.',
-    todo: 'Register the client again (POST /auth/register), or fix its metadata document, and start a new authorization.',
+    title: 'Client authentication failed',
+    happened:
+      'At the token or revocation endpoint: the client_id is unknown, its client ID metadata document could not be used, or the client did not authenticate ' +
+      'the way it registered (a wrong secret, another method, an assertion that is expired, replayed, badly signed or for another audience).',
+    todo:
+      'Read error_description. An unknown client registers again (POST /auth/register) and starts a new authorization; a confidential client sends the credential of its ' +
+      'token_endpoint_auth_method (docs/oauth.md#confidential-clients).',
   },
   {
     code: 'invalid_grant',

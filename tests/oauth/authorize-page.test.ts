@@ -296,6 +296,9 @@ describe('a client ID metadata document client', () => {
     tokenEndpointAuthMethod: 'none',
     applicationType: 'native',
     scope: null,
+    clientSecretHash: null,
+    jwks: null,
+    jwksUri: null,
     createdAt: new Date(),
   })
   let current = documentClient([REDIRECT_URI], 'Doc <Agent>')

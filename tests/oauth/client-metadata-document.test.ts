@@ -317,7 +317,7 @@ describe('documents refused: an error page at the authorize endpoint, invalid_cl
 
   test('token_endpoint_auth_method client_secret_basic, or a client secret', async () => {
     const basic = serve('basic', (self) => metadataFor(self, { token_endpoint_auth_method: 'client_secret_basic' }))
-    await expectRefused(server, basic.url, `The client metadata document at ${basic.url} asks for token_endpoint_auth_method "client_secret_basic"; this service has public clients only`)
+    await expectRefused(server, basic.url, `The client metadata document at ${basic.url} asks for token_endpoint_auth_method "client_secret_basic"; a metadata document describes a public client`)
     const secret = serve('secret', (self) => metadataFor(self, { client_secret: 'hunter2' }))
     await expectRefused(server, secret.url, 'contains a client secret')
   })

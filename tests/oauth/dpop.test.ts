@@ -6,7 +6,7 @@ import { grants, refreshTokens } from '../../src/lib/db/schema.ts'
 import { sha256Hex } from '../../src/lib/security/crypto.ts'
 import { startTestServer } from '../support/server.ts'
 import { currentNonce, dpopProof, proofKey, type ProofKey } from '../support/dpop.ts'
-import { REDIRECT_URI, approvedCode, flowFixture } from './support.ts'
+import { REDIRECT_URI, authorizationCode, flowFixture } from './support.ts'
 
 // DPoP at the token endpoint (RFC 9449 §5, docs/oauth.md#dpop): a proof binds the tokens to its
 // key; a public client's refresh token is then usable only with that key.
@@ -14,7 +14,7 @@ const server = await startTestServer()
 const fixture = await flowFixture(server)
 const tokenUrl = `${server.config.baseUrl}/auth/token`
 
-const approved = () => approvedCode(server, fixture)
+const approved = () => authorizationCode(server, fixture)
 
 const tokenRequest = (path: string, body: Record<string, string>, dpop?: string) =>
   server.fetch(path, {

@@ -1,5 +1,6 @@
 import { expect, test } from 'bun:test'
 import * as oauth from 'oauth4webapi'
+import { exportJWK, generateKeyPair } from 'jose'
 import { startTestServer } from '../support/server.ts'
 import { REDIRECT_URI, flowFixture, postJson, signIn } from './support.ts'
 
@@ -137,4 +138,65 @@ test('oauth4webapi: prompt, nonce and other parameters the service does not use 
   expect(tokens.scope).toBe('account:read')
   const account = await fetch(`${server.origin}/v0/account`, { headers: { authorization: `Bearer ${tokens.access_token}` } })
   expect(account.status).toBe(200)
+})
+
+/**
+ * The code flow, refresh and revocation as oauth4webapi runs them for a confidential client
+ * (docs/oauth.md#confidential-clients): the library registers the client, then authenticates
+ * every token and revocation request with `clientAuth(registration)`.
+ */
+async function confidentialFlow(metadata: Record<string, unknown>, clientAuth: (registered: oauth.OmitSymbolProperties<oauth.Client>) => oauth.ClientAuth) {
+  const issuer = new URL(`${server.origin}/v0`)
+  const as = await oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { algorithm: 'oauth2', ...insecure }))
+  expect(as.token_endpoint_auth_methods_supported).toContain(String(metadata.token_endpoint_auth_method))
+  const registered = await oauth.processDynamicClientRegistrationResponse(
+    await oauth.dynamicClientRegistrationRequest(as, { client_name: 'oauth4webapi, confidential', redirect_uris: [REDIRECT_URI], ...metadata }, insecure),
+  )
+  const client: oauth.Client = { client_id: registered.client_id }
+  const authenticate = clientAuth(registered)
+
+  const verifier = oauth.generateRandomCodeVerifier()
+  const state = oauth.generateRandomState()
+  const approved = await postJson(server, '/v0/auth/authorize', {
+    client_id: client.client_id,
+    redirect_uri: REDIRECT_URI,
+    code_challenge: await oauth.calculatePKCECodeChallenge(verifier),
+    code_challenge_method: 'S256',
+    state,
+    scope: 'account:read',
+    id_token: await signIn(server, fixture),
+  })
+  expect(approved.status).toBe(200)
+  const parameters = oauth.validateAuthResponse(as, client, new URL((await approved.json()).redirect_to), state)
+  const tokens = await oauth.processAuthorizationCodeResponse(
+    as,
+    client,
+    await oauth.authorizationCodeGrantRequest(as, client, authenticate, parameters, REDIRECT_URI, verifier, insecure),
+  )
+  expect(tokens.scope).toBe('account:read')
+  expect((await fetch(`${server.origin}/v0/account`, { headers: { authorization: `Bearer ${tokens.access_token}` } })).status).toBe(200)
+
+  const refreshed = await oauth.processRefreshTokenResponse(as, client, await oauth.refreshTokenGrantRequest(as, client, authenticate, tokens.refresh_token!, insecure))
+  expect(refreshed.refresh_token).not.toBe(tokens.refresh_token)
+  await oauth.processRevocationResponse(await oauth.revocationRequest(as, client, authenticate, refreshed.refresh_token!, insecure))
+  expect((await fetch(`${server.origin}/v0/account`, { headers: { authorization: `Bearer ${refreshed.access_token}` } })).status).toBe(401)
+  return registered
+}
+
+test('oauth4webapi with ClientSecretBasic: the secret from registration in HTTP Basic at the token and revocation endpoints', async () => {
+  const registered = await confidentialFlow({ token_endpoint_auth_method: 'client_secret_basic' }, (registration) => oauth.ClientSecretBasic(String(registration.client_secret)))
+  expect(registered.client_secret_expires_at).toBe(0)
+})
+
+test('oauth4webapi with ClientSecretPost', async () => {
+  await confidentialFlow({ token_endpoint_auth_method: 'client_secret_post' }, (registration) => oauth.ClientSecretPost(String(registration.client_secret)))
+})
+
+test('oauth4webapi with PrivateKeyJwt: assertions signed with the key whose public half was registered', async () => {
+  const { publicKey, privateKey } = await generateKeyPair('ES256', { extractable: true })
+  const kid = 'oauth4webapi-key'
+  await confidentialFlow(
+    { token_endpoint_auth_method: 'private_key_jwt', jwks: { keys: [{ ...(await exportJWK(publicKey)), kid, alg: 'ES256', use: 'sig' }] } },
+    () => oauth.PrivateKeyJwt({ key: privateKey, kid }),
+  )
 })

@@ -13,7 +13,7 @@ import postgres from 'postgres'
 import { decodeJwt } from 'jose'
 import { startTestServer } from '../support/server.ts'
 import { testDatabaseMode } from '../support/database.ts'
-import { accounts, grants, oauthClients, refreshTokens, users } from '../../src/lib/db/schema.ts'
+import { accounts, grants, refreshTokens, users } from '../../src/lib/db/schema.ts'
 import { pgliteDatabase, postgresDatabase, queryRows, type DatabaseHandle } from '../../src/lib/db/client.ts'
 import { MIGRATIONS_FOLDER, migratePgliteDatabase, migratePostgresDatabase } from '../../src/lib/db/migrate.ts'
 import { sha256Hex } from '../../src/lib/security/crypto.ts'
@@ -143,15 +143,11 @@ describe('the migration that erases successors kept by earlier releases', () => 
       const { db } = previous.handle
       await db.insert(accounts).values({ id: 'acc_m', name: 'Migrated' })
       await db.insert(users).values({ id: 'usr_m', accountId: 'acc_m', email: 'm@example.com', passwordHash: 'x' })
-      await db.insert(oauthClients).values({
-        id: 'cli_m',
-        redirectUris: ['http://127.0.0.1/cb'],
-        grantTypes: ['authorization_code', 'refresh_token'],
-        responseTypes: ['code'],
-        tokenEndpointAuthMethod: 'none',
-        applicationType: 'native',
-      })
-      // In SQL: the schema of today has columns (grants.last_used_at, refresh_tokens.dpop_jkt) this older database lacks.
+      // In SQL: the schema of today has columns (oauth_clients.jwks, grants.last_used_at, refresh_tokens.dpop_jkt, …) this older database lacks.
+      await db.execute(
+        sql`insert into oauth_clients (id, redirect_uris, grant_types, response_types, token_endpoint_auth_method, application_type)
+            values ('cli_m', array['http://127.0.0.1/cb'], array['authorization_code', 'refresh_token'], array['code'], 'none', 'native')`,
+      )
       await db.execute(sql`insert into grants (id, client_id, user_id, account_id, scope, audience) values ('grt_m', 'cli_m', 'usr_m', 'acc_m', 'account:read', array['x'])`)
       const expiresAt = new Date(Date.now() + 86_400_000).toISOString()
       await db.execute(sql`insert into refresh_tokens (token_hash, grant_id, expires_at, rotated_at, successor_ciphertext) values

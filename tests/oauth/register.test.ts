@@ -1,7 +1,9 @@
 import { beforeEach, describe, expect, test } from 'bun:test'
 import { eq, like } from 'drizzle-orm'
+import { exportJWK, generateKeyPair, type JWK } from 'jose'
 import { startTestServer } from '../support/server.ts'
 import { oauthClients, rateLimits } from '../../src/lib/db/schema.ts'
+import { sha256Hex } from '../../src/lib/security/crypto.ts'
 import { isId } from '../../src/lib/db/ids.ts'
 import { REGISTRATION_RATE_LIMIT } from '../../src/oauth/register.ts'
 import { clientNameProblem, isOnDeviceRedirect, redirectUriProblem, validateClientMetadata } from '../../src/oauth/client-model.ts'
@@ -344,7 +346,7 @@ describe('POST /v0/auth/register refuses', () => {
     ['grant_types without authorization_code', { ...valid, grant_types: ['refresh_token'] }, 'invalid_client_metadata'],
     ['response_types token', { ...valid, response_types: ['token'] }, 'invalid_client_metadata'],
     ['response_types code id_token', { ...valid, response_types: ['code id_token'] }, 'invalid_client_metadata'],
-    ['token_endpoint_auth_method client_secret_basic', { ...valid, token_endpoint_auth_method: 'client_secret_basic' }, 'invalid_client_metadata'],
+    ['token_endpoint_auth_method client_secret_jwt (a shared secret as a signing key)', { ...valid, token_endpoint_auth_method: 'client_secret_jwt' }, 'invalid_client_metadata'],
     ['token_endpoint_auth_method private_key_jwt', { ...valid, token_endpoint_auth_method: 'private_key_jwt' }, 'invalid_client_metadata'],
     ['application_type service', { ...valid, application_type: 'service' }, 'invalid_client_metadata'],
     ['a JSON array instead of an object', [valid], 'invalid_client_metadata'],
@@ -407,6 +409,129 @@ describe('POST /v0/auth/register refuses', () => {
   test('bytes that are not UTF-8 never cause a 5xx', async () => {
     const response = await register(new Uint8Array([0x7b, 0x22, 0x72, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d]))
     expect(response.status).toBe(400)
+  })
+})
+
+describe('confidential clients (docs/oauth.md#confidential-clients)', () => {
+  const JWT_BEARER = 'urn:ietf:params:oauth:grant-type:jwt-bearer'
+  const publicJwk = async (alg: 'ES256' | 'RS256' | 'EdDSA' = 'ES256'): Promise<JWK> => {
+    const { publicKey } = await generateKeyPair(alg, { extractable: true })
+    return { ...(await exportJWK(publicKey)), kid: `key-${alg}`, alg }
+  }
+  // jose will not make a key this weak; Web Crypto will.
+  const weakRsaJwk = async () => {
+    const pair = await crypto.subtle.generateKey({ name: 'RSASSA-PKCS1-v1_5', modulusLength: 1024, publicExponent: new Uint8Array([1, 0, 1]), hash: 'SHA-256' }, true, ['sign', 'verify'])
+    return exportJWK(pair.publicKey)
+  }
+  const privateJwk = async () => exportJWK((await generateKeyPair('ES256', { extractable: true })).privateKey)
+  const storedRow = async (clientId: string) => (await db.select().from(oauthClients).where(eq(oauthClients.id, clientId)))[0]!
+
+  for (const method of ['client_secret_basic', 'client_secret_post'] as const) {
+    test(`${method}: the secret is in the 201 body once, with client_secret_expires_at 0; the row holds its SHA-256 only`, async () => {
+      const response = await registerJson({ redirect_uris: [LOOPBACK_CALLBACK], token_endpoint_auth_method: method })
+      expect(response.status).toBe(201)
+      expect(response.headers.get('cache-control')).toBe('no-store')
+      const registration = await response.json()
+      expectNoNulls(registration)
+      expect(registration).toMatchObject({ token_endpoint_auth_method: method, client_secret_expires_at: 0, grant_types: ['authorization_code', 'refresh_token'] })
+      expect(registration.client_secret).toMatch(/^cs_[A-Za-z0-9_-]{43}$/)
+      const row = await storedRow(registration.client_id)
+      expect(row.tokenEndpointAuthMethod).toBe(method)
+      expect(row.clientSecretHash).toBe(sha256Hex(registration.client_secret))
+      expect(JSON.stringify(row)).not.toContain(registration.client_secret)
+      expect(JSON.stringify(row)).not.toContain(registration.client_secret.slice(3, 20))
+      const again = await (await registerJson({ redirect_uris: [LOOPBACK_CALLBACK], token_endpoint_auth_method: method })).json()
+      expect(again.client_secret).not.toBe(registration.client_secret)
+    })
+  }
+
+  test('private_key_jwt with jwks: the public members are kept and echoed, others dropped; no secret', async () => {
+    const jwk = await publicJwk('ES256')
+    const response = await registerJson({ redirect_uris: [LOOPBACK_CALLBACK], token_endpoint_auth_method: 'private_key_jwt', jwks: { keys: [{ ...jwk, use: 'sig', x5t: 'dGh1bWJwcmludA', ext: true }] } })
+    expect(response.status).toBe(201)
+    const registration = await response.json()
+    expect(registration.client_secret).toBeUndefined()
+    expect(registration.client_secret_expires_at).toBeUndefined()
+    expect(registration.jwks).toEqual({ keys: [{ kty: 'EC', crv: 'P-256', x: jwk.x, y: jwk.y, kid: 'key-ES256', alg: 'ES256', use: 'sig' }] })
+    const row = await storedRow(registration.client_id)
+    expect(row.jwks).toEqual(registration.jwks)
+    expect(row).toMatchObject({ tokenEndpointAuthMethod: 'private_key_jwt', clientSecretHash: null, jwksUri: null })
+  })
+
+  test('private_key_jwt with RSA and Ed25519 keys, and with a jwks_uri', async () => {
+    const keys = [await publicJwk('RS256'), { ...(await publicJwk('EdDSA')), kid: 'ed' }]
+    expect((await registerJson({ redirect_uris: [LOOPBACK_CALLBACK], token_endpoint_auth_method: 'private_key_jwt', jwks: { keys } })).status).toBe(201)
+    const byUri = await registerJson({ redirect_uris: [LOOPBACK_CALLBACK], token_endpoint_auth_method: 'private_key_jwt', jwks_uri: 'https://keys.example.com/agent/jwks.json' })
+    expect(byUri.status).toBe(201)
+    const registration = await byUri.json()
+    expect(registration.jwks_uri).toBe('https://keys.example.com/agent/jwks.json')
+    expect(registration.jwks).toBeUndefined()
+    expect((await storedRow(registration.client_id)).jwksUri).toBe('https://keys.example.com/agent/jwks.json')
+  })
+
+  test("the JWT bearer grant alone, no redirect URIs: the MCP SDK's CrossAppAccessProvider metadata, as it sends it", async () => {
+    const response = await registerJson({ client_name: 'cross-app-access-client', redirect_uris: [], grant_types: [JWT_BEARER], token_endpoint_auth_method: 'client_secret_basic' })
+    expect(response.status).toBe(201)
+    const registration = await response.json()
+    expect(registration).toMatchObject({ redirect_uris: [], grant_types: [JWT_BEARER], response_types: [], token_endpoint_auth_method: 'client_secret_basic', application_type: 'web' })
+    expect(registration.client_secret).toStartWith('cs_')
+    const withCode = await (await registerJson({ redirect_uris: [LOOPBACK_CALLBACK], grant_types: ['authorization_code', 'refresh_token', JWT_BEARER], token_endpoint_auth_method: 'client_secret_post' })).json()
+    expect(withCode.grant_types).toEqual(['authorization_code', 'refresh_token', JWT_BEARER])
+    expect(withCode.response_types).toEqual(['code'])
+  })
+
+  test('a JWT-bearer-only client has no page at the authorize endpoint', async () => {
+    const registration = await (await registerJson({ redirect_uris: [LOOPBACK_CALLBACK], grant_types: [JWT_BEARER], token_endpoint_auth_method: 'client_secret_basic' })).json()
+    const query = new URLSearchParams({ client_id: registration.client_id, redirect_uri: LOOPBACK_CALLBACK, response_type: 'code', code_challenge: 'E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM', code_challenge_method: 'S256' })
+    const page = await server.fetch(`/v0/auth/authorize?${query}`, { redirect: 'manual' })
+    expect(page.status).toBe(400)
+    expect(await page.text()).toContain('grant_types do not include authorization_code')
+  })
+
+  const valid = { redirect_uris: [LOOPBACK_CALLBACK] }
+  const pkj = { ...valid, token_endpoint_auth_method: 'private_key_jwt' }
+  const refused: [string, () => Promise<unknown>, string][] = [
+    ['private_key_jwt without keys', async () => pkj, 'exactly one of jwks'],
+    ['private_key_jwt with both jwks and jwks_uri', async () => ({ ...pkj, jwks: { keys: [await publicJwk()] }, jwks_uri: 'https://keys.example.com/jwks.json' }), 'exactly one of jwks'],
+    ['a private EC key (d) in jwks', async () => ({ ...pkj, jwks: { keys: [await privateJwk()] } }), 'jwks/keys/0 holds the private key member "d"'],
+    ['an RSA private member (p) in jwks', async () => ({ ...pkj, jwks: { keys: [{ ...(await publicJwk('RS256')), p: 'AQAB' }] } }), 'private key member "p"'],
+    ['a symmetric key (kty oct)', async () => ({ ...pkj, jwks: { keys: [{ kty: 'oct', k: 'c2VjcmV0' }] } }), 'jwks/keys/0/kty'],
+    ['a 1024-bit RSA key', async () => ({ ...pkj, jwks: { keys: [await weakRsaJwk()] } }), '1024-bit RSA key'],
+    ['an EC key with an RSA alg', async () => ({ ...pkj, jwks: { keys: [{ ...(await publicJwk('ES256')), alg: 'RS256' }] } }), 'has alg RS256, which does not go with crv P-256'],
+    ['an RSA key with an EC alg', async () => ({ ...pkj, jwks: { keys: [{ ...(await publicJwk('RS256')), alg: 'ES256' }] } }), 'has alg ES256, which is not an RSA algorithm'],
+    ['a P-256 key declared ES384', async () => ({ ...pkj, jwks: { keys: [{ ...(await publicJwk('ES256')), alg: 'ES384' }] } }), 'does not go with crv P-256'],
+    ['an HS256 alg on a key', async () => ({ ...pkj, jwks: { keys: [{ ...(await publicJwk('ES256')), alg: 'HS256' }] } }), 'jwks/keys/0/alg'],
+    ['a key for encryption (use enc)', async () => ({ ...pkj, jwks: { keys: [{ ...(await publicJwk()), use: 'enc' }] } }), 'jwks/keys/0/use'],
+    ['key_ops without verify', async () => ({ ...pkj, jwks: { keys: [{ ...(await publicJwk()), key_ops: ['encrypt'] }] } }), 'key_ops must include verify'],
+    ['two keys with one kid', async () => ({ ...pkj, jwks: { keys: [await publicJwk(), await publicJwk()] } }), 'kid "key-ES256" of another key'],
+    ['an EC point that is not on its curve', async () => ({ ...pkj, jwks: { keys: [{ ...(await publicJwk()), y: (await publicJwk()).x }] } }), 'jwks/keys/0 is not a valid EC public key'],
+    [`${11} keys`, async () => ({ ...pkj, jwks: { keys: await Promise.all(Array.from({ length: 11 }, async (_, i) => ({ ...(await publicJwk()), kid: `k${i}` }))) } }), 'jwks/keys'],
+    ['an empty key set', async () => ({ ...pkj, jwks: { keys: [] } }), 'jwks/keys'],
+    ['jwks for a client_secret_basic client', async () => ({ ...valid, token_endpoint_auth_method: 'client_secret_basic', jwks: { keys: [await publicJwk()] } }), 'go with token_endpoint_auth_method private_key_jwt'],
+    ['jwks_uri over http', async () => ({ ...pkj, jwks_uri: 'http://keys.example.com/jwks.json' }), 'jwks_uri must use https'],
+    ['jwks_uri on a loopback address', async () => ({ ...pkj, jwks_uri: 'https://127.0.0.1/jwks.json' }), 'jwks_uri names 127.0.0.1, which is not a public address'],
+    ['jwks_uri on localhost', async () => ({ ...pkj, jwks_uri: 'https://localhost:8443/jwks.json' }), 'not a public address'],
+    ['jwks_uri on a private address', async () => ({ ...pkj, jwks_uri: 'https://10.1.2.3/jwks.json' }), 'not a public address'],
+    ['jwks_uri on the cloud metadata address', async () => ({ ...pkj, jwks_uri: 'https://169.254.169.254/latest/jwks' }), 'not a public address'],
+    ['jwks_uri on an IPv6 unique-local address', async () => ({ ...pkj, jwks_uri: 'https://[fd00::1]/jwks.json' }), 'not a public address'],
+    ['jwks_uri with userinfo', async () => ({ ...pkj, jwks_uri: 'https://me@keys.example.com/jwks.json' }), 'userinfo'],
+    ['jwks_uri that is not a URL', async () => ({ ...pkj, jwks_uri: 'keys' }), 'not an absolute URL'],
+    ['the JWT bearer grant for a public client', async () => ({ ...valid, grant_types: ['authorization_code', JWT_BEARER] }), 'is for confidential clients'],
+    ['the code response type without the authorization_code grant', async () => ({ ...valid, grant_types: [JWT_BEARER], response_types: ['code'], token_endpoint_auth_method: 'client_secret_post' }), 'leave response_types out'],
+    ['the authorization_code grant without redirect URIs', async () => ({ redirect_uris: [], token_endpoint_auth_method: 'client_secret_post' }), 'needs at least one redirect URI'],
+  ]
+  for (const [name, body, description] of refused) {
+    test(`refused: ${name}`, async () => {
+      const { error_description } = await expectOAuthError(await registerJson(await body()), 400, 'invalid_client_metadata')
+      expect(error_description).toContain(description)
+    })
+  }
+
+  test('jwks and jwks_uri sent as null by a public client are read as absent, and not echoed', async () => {
+    const registration = await (await registerJson({ ...valid, jwks_uri: null, jwks: null })).json()
+    expect(registration.token_endpoint_auth_method).toBe('none')
+    expect(registration).not.toHaveProperty('jwks_uri')
+    expect(registration).not.toHaveProperty('jwks')
   })
 })
 

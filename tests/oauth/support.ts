@@ -45,23 +45,8 @@ export async function signIn(server: TestServer, fixture: Fixture): Promise<stri
   return ((await response.json()) as { id_token: string }).id_token
 }
 
-/** Step 2 of the documented flow: a code the user approved (for `extra`'s scope and resource), not yet redeemed, and its PKCE verifier. */
-export async function approvedCode(server: TestServer, fixture: Fixture, extra: Record<string, unknown> = {}) {
-  const { verifier, challenge } = pkcePair()
-  const authorized = await postJson(server, '/v0/auth/authorize', {
-    client_id: fixture.clientId,
-    redirect_uri: REDIRECT_URI,
-    id_token: await signIn(server, fixture),
-    code_challenge: challenge,
-    code_challenge_method: 'S256',
-    ...extra,
-  })
-  expect(authorized.status).toBe(200)
-  return { code: ((await authorized.json()) as { code: string }).code, verifier }
-}
-
-/** Steps 2 and 3 of the documented flow (docs/api.md#oauth-and-discovery): an authorization code, then tokens. */
-export async function authorizeAndRedeem(server: TestServer, fixture: Fixture, extra: Record<string, unknown> = {}) {
+/** Step 2 of the documented flow (docs/api.md#oauth-and-discovery): the user allows the client, which gets a code. */
+export async function authorizationCode(server: TestServer, fixture: Fixture, extra: Record<string, unknown> = {}) {
   const { verifier, challenge } = pkcePair()
   const authorized = await postJson(server, '/v0/auth/authorize', {
     client_id: fixture.clientId,
@@ -74,6 +59,12 @@ export async function authorizeAndRedeem(server: TestServer, fixture: Fixture, e
   })
   expect(authorized.status).toBe(200)
   const { code } = (await authorized.json()) as { code: string }
+  return { code, verifier }
+}
+
+/** Steps 2 and 3 of the documented flow (docs/api.md#oauth-and-discovery): an authorization code, then tokens. */
+export async function authorizeAndRedeem(server: TestServer, fixture: Fixture, extra: Record<string, unknown> = {}) {
+  const { code, verifier } = await authorizationCode(server, fixture, extra)
   const tokens = await postJson(server, '/v0/auth/token', {
     grant_type: 'authorization_code',
     code,

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { SignJWT, calculateJwkThumbprint, exportJWK, generateKeyPair, type CryptoKey, type JWK } from 'jose'
 import { accessTokenHash } from '../../src/lib/security/dpop.ts'
 import type { TestServer } from './server.ts'
-import { REDIRECT_URI, approvedCode, type Fixture } from '../oauth/support.ts'
+import { REDIRECT_URI, authorizationCode, type Fixture } from '../oauth/support.ts'
 
 /** A DPoP key as a client holds it: the private key signs, the public JWK travels in each proof. */
 export interface ProofKey {
@@ -72,7 +72,7 @@ export interface DpopTokens {
 
 /** Tokens bound to `key`: a code the user approved (`extra`: its scope, resource), redeemed with a proof by the key. */
 export async function dpopBoundTokens(server: TestServer, fixture: Fixture, key: ProofKey, extra: Record<string, unknown> = {}): Promise<DpopTokens> {
-  const { code, verifier } = await approvedCode(server, fixture, extra)
+  const { code, verifier } = await authorizationCode(server, fixture, extra)
   const response = await server.fetch('/v0/auth/token', {
     method: 'POST',
     headers: {

@@ -73,7 +73,10 @@ export const cacheInvalidations = pgTable(
   (table) => [index('cache_invalidations_created_at_idx').on(table.createdAt)],
 )
 
-/** RFC 7591 registrations. Public clients only (`token_endpoint_auth_method: none`). */
+/**
+ * RFC 7591 registrations: public clients (`token_endpoint_auth_method: none`) and confidential
+ * ones (`client_secret_basic`, `client_secret_post`, `private_key_jwt`; docs/oauth.md#confidential-clients).
+ */
 export const oauthClients = pgTable('oauth_clients', {
   id: idText('id').primaryKey(),
   clientName: text('client_name'),
@@ -84,6 +87,11 @@ export const oauthClients = pgTable('oauth_clients', {
   applicationType: text('application_type').notNull(),
   /** The scope registered; requests without `scope` get this one. */
   scope: text('scope'),
+  /** SHA-256 of the client secret (`client_secret_basic`, `client_secret_post`): the secret itself is shown once, at registration. */
+  clientSecretHash: text('client_secret_hash'),
+  /** `private_key_jwt`: the client's public keys (RFC 7591 `jwks`, public members only), or where it publishes them (`jwks_uri`). */
+  jwks: jsonb('jwks'),
+  jwksUri: text('jwks_uri'),
   createdAt: createdAt(),
 })
 

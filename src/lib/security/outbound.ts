@@ -5,8 +5,9 @@ import ipaddr from 'ipaddr.js'
 
 /**
  * The one way the service reaches a URL someone else chose: webhook deliveries
- * (src/delivery/send.ts) and OAuth client ID metadata documents
- * (src/oauth/client-metadata-document.ts). See docs/webhooks.md#sending-rules. Without these
+ * (src/delivery/send.ts), OAuth client ID metadata documents
+ * (src/oauth/client-metadata-document.ts) and clients' `jwks_uri` key sets
+ * (src/oauth/client-keys.ts). See docs/webhooks.md#sending-rules. Without these
  * checks the service would send requests into its own network on a stranger's behalf: the
  * database, an admin port, the cloud metadata endpoint that hands out credentials.
  *

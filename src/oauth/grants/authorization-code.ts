@@ -4,7 +4,7 @@ import { authorizationCodes, grants, refreshTokens, users } from '../../lib/db/s
 import { OAuthError } from '../../lib/http/errors.ts'
 import { constantTimeEqual, newSecret, sha256Hex } from '../../lib/security/crypto.ts'
 import { newId } from '../../lib/db/ids.ts'
-import { requireClient } from '../client-directory.ts'
+import type { OAuthClient } from '../client-model.ts'
 import type { ValidAuthorizationRequest } from '../authorization-request.ts'
 import { idTokenAudience } from '../sign-in.ts'
 import { revokeGrant } from '../revocation.ts'
@@ -53,20 +53,20 @@ export async function issueAuthorizationCode(deps: TokenDeps, request: ValidAuth
 type Redemption = { tokens: TokenResponse } | { error: string }
 
 /**
- * RFC 6749 §4.1.3, in the order of its checklist:
- * 1. the client is known (else 401 `invalid_client`);
- * 2. the code exists and was never presented before: a code is consumed by its first
+ * RFC 6749 §4.1.3, in the order of its checklist, for a client the token endpoint authenticated
+ * (src/oauth/client-authentication.ts):
+ * 1. the code exists and was never presented before: a code is consumed by its first
  *    presentation, valid or not, and presented again it revokes everything issued from it (§4.1.2);
- * 3. it was issued to this client, has not expired (60 s), and `redirect_uri` is the one it was issued for;
- * 4. PKCE: the SHA-256 of `code_verifier` is its `code_challenge` (RFC 7636 §4.6);
+ * 2. it was issued to this client, has not expired (60 s), and `redirect_uri` is the one it was issued for;
+ * 3. PKCE: the SHA-256 of `code_verifier` is its `code_challenge` (RFC 7636 §4.6);
  * then a grant is created and its first token pair issued, bound to `dpopJkt` when the request
  * carried a DPoP proof (src/oauth/dpop-binding.ts).
  */
 export async function redeemAuthorizationCode(
   deps: TokenDeps,
-  input: { code?: string; clientId?: string; redirectUri?: string; codeVerifier?: string; dpopJkt: string | undefined },
+  client: OAuthClient,
+  input: { code?: string; redirectUri?: string; codeVerifier?: string; dpopJkt: string | undefined },
 ): Promise<TokenResponse> {
-  const client = await requireClient(deps.clients, input.clientId)
   if (!input.code || input.code.length > 256) throw invalidGrant('The authorization code is missing or malformed.')
   const redemption = await deps.db.transaction(async (tx): Promise<Redemption> => {
     const [code] = await tx

@@ -4,7 +4,7 @@ import { grants, refreshTokens } from '../../lib/db/schema.ts'
 import { OAuthError } from '../../lib/http/errors.ts'
 import { sha256Hex } from '../../lib/security/crypto.ts'
 import { splitScope } from '../../auth/scopes.ts'
-import { requireClient } from '../client-directory.ts'
+import type { OAuthClient } from '../client-model.ts'
 import type { Logger } from '../../lib/runtime/logger.ts'
 import { startPeriodicSweep } from '../../lib/runtime/sweep.ts'
 import { revokeGrant } from '../revocation.ts'
@@ -28,18 +28,18 @@ interface SealedSuccessor {
 }
 
 /**
- * RFC 6749 §6 with rotation (OAuth 2.1 §4.3.1), in the order of its checklist:
- * 1. the client is known (else 401 `invalid_client`);
- * 2. the token exists, belongs to this client's grant, the grant is not revoked and the token
+ * RFC 6749 §6 with rotation (OAuth 2.1 §4.3.1), in the order of its checklist, for a client the
+ * token endpoint authenticated (src/oauth/client-authentication.ts):
+ * 1. the token exists, belongs to this client's grant, the grant is not revoked and the token
  *    has not expired (30 days);
- * 3. a token bound to a DPoP key comes with a proof by that key (RFC 9449 §5). Checked before
+ * 2. a token bound to a DPoP key comes with a proof by that key (RFC 9449 §5). Checked before
  *    the rotation, so that someone holding a copy of a rotated token but not the key cannot
  *    get the grant revoked;
- * 4. the token was not rotated before. A rotated token presented within the grace window
+ * 3. the token was not rotated before. A rotated token presented within the grace window
  *    (`OAUTH_REFRESH_GRACE_S`: agents refresh concurrently) gets the same successor pair; after
  *    it, the presentation is taken as theft and the whole grant is revoked. The sealed successor
  *    does not outlive the window (`startSuccessorErasure` below);
- * 5. the scope asked for is within the grant's;
+ * 4. the scope asked for is within the grant's;
  * then the token is rotated: a successor pair replaces it, its access token bound to the
  * proof's key when there is one, its refresh token bound as this one was (or, unbound, to the
  * proof's key when the client is public: src/oauth/dpop-binding.ts).
@@ -51,9 +51,9 @@ interface SealedSuccessor {
  */
 export async function refreshTokenGrant(
   deps: TokenDeps,
-  input: { refreshToken?: string; clientId?: string; scope?: string; dpopJkt: string | undefined },
+  client: OAuthClient,
+  input: { refreshToken?: string; scope?: string; dpopJkt: string | undefined },
 ): Promise<TokenResponse> {
-  const client = await requireClient(deps.clients, input.clientId)
   if (!input.refreshToken || input.refreshToken.length > 256) throw invalidGrant('The refresh token is missing or malformed.')
   const tokenHash = sha256Hex(input.refreshToken)
   for (let read = 0; read < 2; read++) {
