@@ -4,6 +4,7 @@ import { SCOPES } from '../auth/scopes.ts'
 import { cors } from '../lib/http/cors.ts'
 import { MCP_SCOPES } from '../mcp/scopes.ts'
 import { AuthorizationServerMetadata, ProtectedResourceMetadata } from './schemas.ts'
+import { ID_JAG_GRANT_PROFILE, JWT_BEARER_GRANT_TYPE } from './grants/jwt-bearer.ts'
 
 /**
  * Discovery documents (docs/api.md#discovery-documents) at their documented paths under `/v0` and at the RFC 8414 / RFC 9728
@@ -34,13 +35,15 @@ export function authorizationServerMetadata(baseUrl: string) {
     scopes_supported: [...SCOPES],
     response_types_supported: ['code'],
     response_modes_supported: ['query'],
-    grant_types_supported: ['authorization_code', 'refresh_token'],
+    grant_types_supported: ['authorization_code', 'refresh_token', JWT_BEARER_GRANT_TYPE],
     token_endpoint_auth_methods_supported: ['none'],
     revocation_endpoint_auth_methods_supported: ['none'],
     code_challenge_methods_supported: ['S256'],
     authorization_response_iss_parameter_supported: true,
     // A client_id may be the https URL of a client ID metadata document (src/oauth/client-metadata-document.ts).
     client_id_metadata_document_supported: true,
+    // draft-ietf-oauth-identity-assertion-authz-grant §7: ID-JAGs are accepted by the JWT bearer grant (src/oauth/grants/jwt-bearer.ts).
+    authorization_grant_profiles_supported: [ID_JAG_GRANT_PROFILE],
     service_documentation: `${baseUrl}/docs`,
   }
 }
@@ -50,6 +53,9 @@ const AuthorizationServerMetadataWithDocuments = t.Object(
   {
     ...AuthorizationServerMetadata.properties,
     client_id_metadata_document_supported: t.Boolean({ description: 'A client_id may be the https URL of its client ID metadata document.' }),
+    authorization_grant_profiles_supported: t.Array(t.String(), {
+      description: 'Authorization grant profiles the token endpoint processes: `urn:ietf:params:oauth:grant-profile:id-jag` (ID-JAGs with the JWT bearer grant).',
+    }),
   },
   { title: 'AuthorizationServerMetadata' },
 )

@@ -112,6 +112,10 @@ export const ProtectedResourceMetadata = t.Object(
   { title: 'ProtectedResourceMetadata' },
 )
 
+const Resource = t.Union([t.String({ maxLength: 2048 }), t.Array(t.String({ maxLength: 2048 }), { maxItems: 4 })], {
+  description: 'RFC 8707: `{base_url}` and/or `{base_url}/mcp` (the parameter may be repeated); omitted means both.',
+})
+
 // A client ID metadata document's URL is the client_id: as long as any URL we accept.
 const CLIENT_ID_MAX_LENGTH = 2048
 
@@ -128,6 +132,8 @@ export const TokenRequestBody = t.Object(
     code_verifier: optionalParameter(256),
     refresh_token: optionalParameter(256),
     scope: optionalParameter(512),
+    assertion: t.Optional(t.String({ maxLength: 16 * 1024, description: 'The JWT bearer grant\'s ID-JAG (`oauth-id-jag+jwt`), from the enterprise identity provider.' })),
+    resource: t.Optional(Resource),
   },
   { additionalProperties: true, title: 'TokenRequest' },
 )
@@ -159,7 +165,7 @@ export const TokenResponseSchema = t.Object(
     access_token: t.String({ description: 'An RFC 9068 JWT, valid for 15 minutes.' }),
     token_type: t.Literal('Bearer'),
     expires_in: Type.Integer(),
-    refresh_token: t.String({ description: 'Opaque, 30 days, rotated on every use.' }),
+    refresh_token: t.Optional(t.String({ description: 'Opaque, 30 days, rotated on every use. Not issued by the JWT bearer grant (an ID-JAG is presented again instead).' })),
     scope: t.String(),
   },
   { title: 'TokenResponse' },
@@ -181,10 +187,6 @@ export const PublicJwk = t.Object(
 
 /** RFC 7517 §5: a JWK set. */
 export const JwkSet = t.Object({ keys: t.Array(PublicJwk) }, { title: 'JwkSet' })
-
-const Resource = t.Union([t.String({ maxLength: 2048 }), t.Array(t.String({ maxLength: 2048 }), { maxItems: 4 })], {
-  description: 'RFC 8707: `{base_url}` and/or `{base_url}/mcp` (the parameter may be repeated); omitted means both.',
-})
 
 /**
  * RFC 6749 §4.1.1 (with PKCE and RFC 8707 `resource`): the parameters of GET /auth/authorize

@@ -53,15 +53,22 @@ async function signAccessToken(deps: TokenDeps, grant: Grant, scope: string): Pr
   })
 }
 
-/** A new token pair for the grant; the caller stores the refresh token's hash. */
-export async function newTokenPair(deps: TokenDeps, grant: Grant, scope: string): Promise<TokenResponse> {
+/**
+ * An access token of the grant, without a refresh token (the JWT bearer grant: the client
+ * presents a new ID-JAG instead). Every access token the service issues is made here.
+ */
+export async function newAccessToken(deps: TokenDeps, grant: Grant, scope: string): Promise<TokenResponse> {
   return {
     access_token: await signAccessToken(deps, grant, scope),
     token_type: 'Bearer',
     expires_in: ACCESS_TOKEN_LIFETIME_SECONDS,
-    refresh_token: newSecret('rt_'),
     scope,
   }
+}
+
+/** A new token pair for the grant; the caller stores the refresh token's hash. */
+export async function newTokenPair(deps: TokenDeps, grant: Grant, scope: string): Promise<TokenResponse & { refresh_token: string }> {
+  return { ...(await newAccessToken(deps, grant, scope)), refresh_token: newSecret('rt_') }
 }
 
 export const refreshTokenExpiry = () => new Date(Date.now() + REFRESH_TOKEN_LIFETIME_SECONDS * 1000)
