@@ -36,6 +36,8 @@ import { dashboardRoutes } from './dashboard/routes.ts'
 import { createUsageRecorder } from './auth/usage.ts'
 import { apiKeyRoutes } from './auth/api-key-routes.ts'
 import { connectedAppRoutes } from './oauth/connected-app-routes.ts'
+import { identityProviderRoutes } from './identity-providers/routes.ts'
+import { createProviderKeySets } from './identity-providers/key-sets.ts'
 
 export interface AppDeps {
   config: Config
@@ -64,10 +66,14 @@ export function createApp(deps: AppDeps) {
   const rateLimiter = deps.config.apiRateLimit > 0 ? createRequestRateLimiter({ ratePerSecond: deps.config.apiRateLimit }) : undefined
   const noteUse = createUsageRecorder({ db: deps.db, logger: deps.logger })
   const auth = { ...deps, resourceMetadataUrl, baseUrl: deps.config.baseUrl, rateLimiter, noteUse }
+  // Client ID metadata documents and identity providers' keys are fetched under the webhook rules
+  // (docs/oauth.md#client-id-metadata-documents): the same private-target switch and CAs.
+  const outbound = { allowPrivate: deps.config.webhookAllowPrivateTargets, ca: deps.config.webhookCaPem }
   const tokens = {
     db: deps.db,
-    // Client ID metadata documents are fetched under the webhook rules (docs/oauth.md#client-id-metadata-documents): the same private-target switch and CAs.
-    clients: createClientDirectory(deps.db, { outbound: { allowPrivate: deps.config.webhookAllowPrivateTargets, ca: deps.config.webhookCaPem } }),
+    clients: createClientDirectory(deps.db, { outbound }),
+    providerKeys: createProviderKeySets({ policy: outbound }),
+    logger: deps.logger,
     signer: deps.signer,
     secretBox: deps.secretBox,
     baseUrl: deps.config.baseUrl,
@@ -97,6 +103,7 @@ export function createApp(deps: AppDeps) {
         .use(accountRoutes({ ...deps, ...auth }))
         .use(apiKeyRoutes({ ...deps, ...auth }))
         .use(connectedAppRoutes({ ...deps, ...auth }))
+        .use(identityProviderRoutes({ ...deps, ...auth, allowPrivateTargets: deps.config.webhookAllowPrivateTargets }))
         .use(registrationRoutes({ db: deps.db, allowPrivateTargets: deps.config.webhookAllowPrivateTargets }))
         .use(jwksRoutes(deps))
         .use(signInRoutes({ db: deps.db, signer: deps.signer, baseUrl: deps.config.baseUrl }))

@@ -1,5 +1,5 @@
 /** What a credential may do. An API key acts for its account with every scope. */
-export const SCOPES = ['account:read', 'hooks:read', 'hooks:write', 'messages:read', 'messages:send', 'keys:read', 'keys:write', 'grants:read', 'grants:write'] as const
+export const SCOPES = ['account:read', 'hooks:read', 'hooks:write', 'messages:read', 'messages:send', 'keys:read', 'keys:write', 'grants:read', 'grants:write', 'identity_providers:read', 'identity_providers:write'] as const
 export type Scope = (typeof SCOPES)[number]
 
 /** Each scope in words, as the consent page and the OpenAPI document's oauth2 scheme show it. */
@@ -13,6 +13,8 @@ export const SCOPE_DESCRIPTIONS: Record<Scope, string> = {
   'keys:write': 'Create and revoke API keys',
   'grants:read': 'See which apps and agents can access your account',
   'grants:write': "Cut off an app's or agent's access to your account",
+  'identity_providers:read': 'See which enterprise identity providers your account trusts, and how their users map to yours',
+  'identity_providers:write': "Trust or stop trusting an enterprise identity provider, and link its users to your account's",
 }
 
 export const isScope = (name: string): name is Scope => (SCOPES as readonly string[]).includes(name)

@@ -21,6 +21,8 @@ export const DASHBOARD_SCOPES: readonly Scope[] = [
   'keys:write',
   'grants:read',
   'grants:write',
+  'identity_providers:read',
+  'identity_providers:write',
 ]
 
 /** `{PUBLIC_URL}/dashboard`: the page the authorization server sends the browser back to. */

@@ -5,6 +5,7 @@ import { cors } from '../lib/http/cors.ts'
 import { MCP_SCOPES } from '../mcp/scopes.ts'
 import { DPOP_SIGNING_ALGS } from '../lib/security/dpop.ts'
 import { AuthorizationServerMetadata, CLIENT_ASSERTION_ALGORITHMS, CLIENT_AUTHENTICATION_METHODS, ProtectedResourceMetadata } from './schemas.ts'
+import { ID_JAG_GRANT_PROFILE, JWT_BEARER_GRANT_TYPE } from './grants/jwt-bearer.ts'
 
 /**
  * Discovery documents (docs/api.md#discovery-documents) at their documented paths under `/v0` and at the RFC 8414 / RFC 9728
@@ -35,7 +36,7 @@ export function authorizationServerMetadata(baseUrl: string) {
     scopes_supported: [...SCOPES],
     response_types_supported: ['code'],
     response_modes_supported: ['query'],
-    grant_types_supported: ['authorization_code', 'refresh_token'],
+    grant_types_supported: ['authorization_code', 'refresh_token', JWT_BEARER_GRANT_TYPE],
     // Every method at both endpoints, with the same client authentication (src/oauth/client-authentication.ts).
     token_endpoint_auth_methods_supported: [...CLIENT_AUTHENTICATION_METHODS],
     token_endpoint_auth_signing_alg_values_supported: [...CLIENT_ASSERTION_ALGORITHMS],
@@ -47,6 +48,8 @@ export function authorizationServerMetadata(baseUrl: string) {
     dpop_signing_alg_values_supported: [...DPOP_SIGNING_ALGS],
     // A client_id may be the https URL of a client ID metadata document (src/oauth/client-metadata-document.ts).
     client_id_metadata_document_supported: true,
+    // draft-ietf-oauth-identity-assertion-authz-grant §7: ID-JAGs are accepted by the JWT bearer grant (src/oauth/grants/jwt-bearer.ts).
+    authorization_grant_profiles_supported: [ID_JAG_GRANT_PROFILE],
     service_documentation: `${baseUrl}/docs`,
   }
 }
@@ -56,6 +59,9 @@ const AuthorizationServerMetadataWithDocuments = t.Object(
   {
     ...AuthorizationServerMetadata.properties,
     client_id_metadata_document_supported: t.Boolean({ description: 'A client_id may be the https URL of its client ID metadata document.' }),
+    authorization_grant_profiles_supported: t.Array(t.String(), {
+      description: 'Authorization grant profiles the token endpoint processes: `urn:ietf:params:oauth:grant-profile:id-jag` (ID-JAGs with the JWT bearer grant).',
+    }),
   },
   { title: 'AuthorizationServerMetadata' },
 )

@@ -6,7 +6,7 @@ import { invalidGrant } from './tokens.ts'
 /**
  * DPoP at the token endpoint (RFC 9449 §5, docs/oauth.md#dpop): the proof is read once per
  * token request and the thumbprint of its key handed to the grant, which binds what it issues
- * to it (`issueAccessToken`, `newTokenPair` in src/oauth/tokens.ts; `refreshTokenBinding` below).
+ * to it (`newAccessToken`, `newTokenPair` in src/oauth/tokens.ts; `refreshTokenBinding` below).
  */
 
 /**

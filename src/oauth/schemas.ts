@@ -182,6 +182,10 @@ export const ProtectedResourceMetadata = t.Object(
   { title: 'ProtectedResourceMetadata' },
 )
 
+const Resource = t.Union([t.String({ maxLength: 2048 }), t.Array(t.String({ maxLength: 2048 }), { maxItems: 4 })], {
+  description: 'RFC 8707: `{base_url}` and/or `{base_url}/mcp` (the parameter may be repeated); omitted means both.',
+})
+
 // A client ID metadata document's URL is the client_id: as long as any URL we accept.
 const CLIENT_ID_MAX_LENGTH = 2048
 
@@ -210,6 +214,8 @@ export const TokenRequestBody = t.Object(
     code_verifier: optionalParameter(256),
     refresh_token: optionalParameter(256),
     scope: optionalParameter(512),
+    assertion: t.Optional(t.String({ maxLength: 16 * 1024, description: 'The JWT bearer grant\'s ID-JAG (`oauth-id-jag+jwt`), from the enterprise identity provider.' })),
+    resource: t.Optional(Resource),
   },
   { additionalProperties: true, title: 'TokenRequest' },
 )
@@ -243,7 +249,7 @@ export const TokenResponseSchema = t.Object(
       description: '`DPoP` when the request carried a DPoP proof: the access token is bound to its key (RFC 9449 §5) and is sent as `Authorization: DPoP` with a proof.',
     }),
     expires_in: Type.Integer(),
-    refresh_token: t.String({ description: 'Opaque, 30 days, rotated on every use.' }),
+    refresh_token: t.Optional(t.String({ description: 'Opaque, 30 days, rotated on every use. Not issued by the JWT bearer grant (an ID-JAG is presented again instead).' })),
     scope: t.String(),
   },
   { title: 'TokenResponse' },
@@ -265,10 +271,6 @@ export const PublicJwk = t.Object(
 
 /** RFC 7517 §5: a JWK set. */
 export const JwkSet = t.Object({ keys: t.Array(PublicJwk) }, { title: 'JwkSet' })
-
-const Resource = t.Union([t.String({ maxLength: 2048 }), t.Array(t.String({ maxLength: 2048 }), { maxItems: 4 })], {
-  description: 'RFC 8707: `{base_url}` and/or `{base_url}/mcp` (the parameter may be repeated); omitted means both.',
-})
 
 /**
  * RFC 6749 §4.1.1 (with PKCE and RFC 8707 `resource`): the parameters of GET /auth/authorize

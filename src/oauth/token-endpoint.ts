@@ -4,8 +4,8 @@ import { cors } from '../lib/http/cors.ts'
 import { authenticateClient } from './client-authentication.ts'
 import { redeemAuthorizationCode } from './grants/authorization-code.ts'
 import { refreshTokenGrant } from './grants/refresh-token.ts'
+import { JWT_BEARER_GRANT_TYPE, jwtBearerGrant, type JwtBearerDeps } from './grants/jwt-bearer.ts'
 import { OAuthErrorSchema, RefreshRequestBody, TokenRequestBody, TokenResponseSchema } from './schemas.ts'
-import type { TokenDeps } from './tokens.ts'
 import { tokenRequestDpopKey } from './dpop-binding.ts'
 import type { DpopVerifier } from '../lib/security/dpop.ts'
 import { oauthWireFormat } from './wire-format.ts'
@@ -19,7 +19,7 @@ const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' }
  * mounted under `/v0`. A `DPoP` proof is checked first and its key handed to the grant (RFC 9449
  * §5, src/oauth/dpop-binding.ts); the answer then carries the current nonce (§8.2).
  */
-export interface TokenEndpointDeps extends TokenDeps {
+export interface TokenEndpointDeps extends JwtBearerDeps {
   /** Checks the DPoP proof of a token request (src/oauth/dpop-binding.ts). */
   dpop: DpopVerifier
 }
@@ -45,7 +45,10 @@ export function tokenEndpointRoutes(deps: TokenEndpointDeps) {
         if (body.grant_type === 'refresh_token') {
           return refreshTokenGrant(deps, client, { refreshToken: body.refresh_token, scope: body.scope, dpopJkt })
         }
-        throw new OAuthError(400, 'unsupported_grant_type', 'grant_type must be authorization_code or refresh_token.')
+        if (body.grant_type === JWT_BEARER_GRANT_TYPE) {
+          return jwtBearerGrant(deps, { client, assertion: body.assertion, scope: body.scope, resource: body.resource, dpopJkt })
+        }
+        throw new OAuthError(400, 'unsupported_grant_type', `grant_type must be authorization_code, refresh_token or ${JWT_BEARER_GRANT_TYPE}.`)
       },
       {
         // Named parsers only name the media types in the OpenAPI document: oauthWireFormat's reader answers first.
@@ -54,7 +57,7 @@ export function tokenEndpointRoutes(deps: TokenEndpointDeps) {
         response: { 200: TokenResponseSchema, 400: OAuthErrorSchema, 401: OAuthErrorSchema },
         detail: {
           operationId: 'requestToken',
-          summary: 'Exchange an authorization code (with its PKCE verifier) or a refresh token for tokens',
+          summary: "Exchange an authorization code (with its PKCE verifier), a refresh token, or an enterprise identity provider's ID-JAG (JWT bearer grant) for tokens",
           description:
             'The client authenticates as it registered: `client_id` alone (public clients), HTTP Basic (`client_secret_basic`), `client_secret` in the body ' +
             '(`client_secret_post`) or `client_assertion` (`private_key_jwt`). A failed authentication is 401 `invalid_client`.',

@@ -56,30 +56,27 @@ async function signAccessToken(deps: TokenDeps, grant: Grant, scope: string, dpo
 }
 
 /**
- * An access token for the grant, bound to the DPoP key the token request proved (`dpopJkt`;
- * undefined: the request had no DPoP header, a Bearer token). Every grant issues its access
- * tokens here, so a proof binds them the same way whatever the grant (RFC 9449 §5, §6):
- * `token_type: DPoP` and `cnf.jkt`.
+ * An access token of the grant, bound to the DPoP key the token request proved (`dpopJkt`;
+ * undefined: the request had no DPoP header, a Bearer token). Every access token the service
+ * issues is made here, so a proof binds them the same way whatever the grant (RFC 9449 §5, §6):
+ * `token_type: DPoP` and `cnf.jkt`. The JWT bearer grant answers with it alone: its client
+ * presents a new ID-JAG instead of a refresh token.
  */
-export async function issueAccessToken(
-  deps: TokenDeps,
-  grant: Grant,
-  scope: string,
-  dpopJkt: string | undefined,
-): Promise<Pick<TokenResponse, 'access_token' | 'token_type' | 'expires_in'>> {
+export async function newAccessToken(deps: TokenDeps, grant: Grant, scope: string, dpopJkt: string | undefined): Promise<TokenResponse> {
   return {
     access_token: await signAccessToken(deps, grant, scope, dpopJkt),
     token_type: dpopJkt ? 'DPoP' : 'Bearer',
     expires_in: ACCESS_TOKEN_LIFETIME_SECONDS,
+    scope,
   }
 }
 
 /**
- * `issueAccessToken` and a new refresh token; the caller stores the refresh token's hash and,
+ * `newAccessToken` and a new refresh token; the caller stores the refresh token's hash and,
  * for a public client, the key it is bound to (`refreshTokenBinding`, src/oauth/dpop-binding.ts).
  */
-export async function newTokenPair(deps: TokenDeps, grant: Grant, scope: string, dpopJkt: string | undefined): Promise<TokenResponse> {
-  return { ...(await issueAccessToken(deps, grant, scope, dpopJkt)), refresh_token: newSecret('rt_'), scope }
+export async function newTokenPair(deps: TokenDeps, grant: Grant, scope: string, dpopJkt: string | undefined): Promise<TokenResponse & { refresh_token: string }> {
+  return { ...(await newAccessToken(deps, grant, scope, dpopJkt)), refresh_token: newSecret('rt_') }
 }
 
 export const refreshTokenExpiry = () => new Date(Date.now() + REFRESH_TOKEN_LIFETIME_SECONDS * 1000)

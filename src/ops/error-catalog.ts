@@ -215,8 +215,9 @@ export const OAUTH_CODES: readonly ErrorCatalogEntry[] = [
     status: '400',
     title: 'Invalid grant',
     happened:
-      'The authorization code or refresh token is unknown, expired, already used, revoked or another client\'s, or the redirect_uri or code_verifier does not match.',
-    todo: 'Start a new authorization to obtain a new code and tokens.',
+      'The authorization code or refresh token is unknown, expired, already used, revoked or another client\'s, or the redirect_uri or code_verifier does not match; ' +
+      'or an ID-JAG (JWT bearer grant) was refused: error_description says which check it failed (its issuer, signature, aud, client_id, lifetime, jti, subject or scope).',
+    todo: 'Start a new authorization to obtain a new code and tokens; for an ID-JAG, fix what error_description names and ask the identity provider for a new one.',
   },
   {
     code: 'invalid_dpop_proof',
@@ -244,8 +245,8 @@ export const OAUTH_CODES: readonly ErrorCatalogEntry[] = [
     code: 'unsupported_grant_type',
     status: '400',
     title: 'Unsupported grant type',
-    happened: 'grant_type is neither authorization_code nor refresh_token.',
-    todo: 'Use grant_type=authorization_code or grant_type=refresh_token.',
+    happened: 'grant_type is none of authorization_code, refresh_token and urn:ietf:params:oauth:grant-type:jwt-bearer.',
+    todo: 'Use grant_type=authorization_code, grant_type=refresh_token, or grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer with an ID-JAG as assertion.',
   },
   {
     code: 'unsupported_response_type',

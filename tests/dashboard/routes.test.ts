@@ -29,7 +29,7 @@ test('GET /dashboard: the page with a fresh nonce per response, a CSP that allow
     clientId: DASHBOARD_CLIENT_ID,
     redirectUri: `${server.origin}/dashboard`,
     resource: `${server.origin}/v0`,
-    scope: 'account:read hooks:read hooks:write messages:read keys:read keys:write grants:read grants:write',
+    scope: 'account:read hooks:read hooks:write messages:read keys:read keys:write grants:read grants:write identity_providers:read identity_providers:write',
     assetPath: '/dashboard/assets',
     assetVersion: expect.stringMatching(/^[0-9a-f]{16}$/),
   })

@@ -58,6 +58,7 @@ describe('the OpenAPI document', () => {
         'requestToken', 'retryDelivery', 'retryHookDelivery', 'revokeToken', 'rotateHookSecret', 'sendMessage', 'showConsentPage',
         'signIn', 'simulateInboundMessage', 'testHook', 'updateAccount', 'updateHook',
         'listApiKeys', 'createApiKey', 'revokeApiKey', 'listGrants', 'revokeGrant', 'listEventSubscriptions', 'endEventSubscription',
+        'listIdentityProviders', 'createIdentityProvider', 'getIdentityProvider', 'deleteIdentityProvider', 'listSubjectLinks', 'linkSubject', 'unlinkSubject',
       ].sort(),
     )
   })
@@ -141,7 +142,7 @@ describe('the OpenAPI document', () => {
     for (const id of ['requestToken', 'refreshToken', 'revokeToken']) {
       expect(Object.keys(operation(id).requestBody.content).sort()).toEqual(['application/json', 'application/x-www-form-urlencoded'])
     }
-    for (const id of ['createHook', 'rotateHookSecret']) {
+    for (const id of ['createHook', 'rotateHookSecret', 'createIdentityProvider', 'linkSubject']) {
       expect(operation(id).parameters).toContainEqual({ $ref: '#/components/parameters/IdempotencyKey' })
     }
     expect(operation('getHook').parameters).not.toContainEqual({ $ref: '#/components/parameters/IdempotencyKey' })
@@ -159,6 +160,8 @@ describe('the OpenAPI document', () => {
       },
     })
     expect(operation('createHook').security).toEqual([{ apiKey: [] }, { oauth2: ['hooks:write'] }])
+    expect(operation('createIdentityProvider').security).toEqual([{ apiKey: [] }, { oauth2: ['identity_providers:write'] }])
+    expect(operation('listIdentityProviders').security).toEqual([{ apiKey: [] }, { oauth2: ['identity_providers:read'] }])
     expect(operation('getSession').security).toEqual([{ oauth2: [] }])
     expect(operation('getAuthorizationServerMetadata').security).toEqual([])
   })

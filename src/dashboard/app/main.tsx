@@ -8,6 +8,7 @@ import { settings } from './settings.ts'
 import type { Account } from './types.ts'
 import { AppsPage } from './pages/apps.tsx'
 import { EventsPage } from './pages/events.tsx'
+import { IdentityProvidersPage } from './pages/identity-providers.tsx'
 import { KeysPage } from './pages/keys.tsx'
 import { NewWebhookPage } from './pages/new-webhook.tsx'
 import { OverviewPage } from './pages/overview.tsx'
@@ -21,6 +22,7 @@ const SECTIONS: { route: Route; label: string }[] = [
   { route: { page: 'webhooks' }, label: 'Webhooks' },
   { route: { page: 'keys' }, label: 'API keys' },
   { route: { page: 'apps' }, label: 'Connected apps' },
+  { route: { page: 'identity-providers' }, label: 'Identity providers' },
   { route: { page: 'events' }, label: 'Events' },
 ]
 
@@ -41,6 +43,8 @@ function CurrentPage({ route, accountId }: { route: Route; accountId: string }) 
       return <KeysPage accountId={accountId} />
     case 'apps':
       return <AppsPage accountId={accountId} />
+    case 'identity-providers':
+      return <IdentityProvidersPage accountId={accountId} />
     case 'events':
       return <EventsPage accountId={accountId} />
   }
@@ -55,7 +59,7 @@ function SignInPage({ message }: { message: string | null }) {
           {message}
         </p>
       )}
-      <p>Manage your webhooks, API keys and connected apps.</p>
+      <p>Manage your webhooks, API keys, connected apps and identity providers.</p>
       <button type="button" class="primary" onClick={() => void startSignIn(location.hash)}>
         Sign in
       </button>

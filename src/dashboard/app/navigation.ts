@@ -6,6 +6,7 @@ export type Route =
   | { page: 'webhook'; hookId: string }
   | { page: 'keys' }
   | { page: 'apps' }
+  | { page: 'identity-providers' }
   | { page: 'events' }
 
 export function parseRoute(hash: string): Route {
@@ -15,6 +16,7 @@ export function parseRoute(hash: string): Route {
   if (parts[0] === 'webhooks') return { page: 'webhooks' }
   if (parts[0] === 'keys') return { page: 'keys' }
   if (parts[0] === 'apps') return { page: 'apps' }
+  if (parts[0] === 'identity-providers') return { page: 'identity-providers' }
   if (parts[0] === 'events') return { page: 'events' }
   // The page after signing in, and where an unknown place lands.
   return { page: 'overview' }

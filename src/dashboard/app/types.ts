@@ -7,6 +7,7 @@ import type { ApiKeySchema, CreatedApiKeySchema } from '../../auth/api-key-schem
 import type { ConnectedAppSchema } from '../../oauth/schemas.ts'
 import type { EventSubscriptionSchema } from '../../mcp/event-subscriptions.ts'
 import type { AccountStatsSchema, HookStatsSchema } from '../../stats/schemas.ts'
+import type { IdentityProviderSchema, SubjectLinkSchema } from '../../identity-providers/schemas.ts'
 
 // The shapes the pages read are the API's own schemas: one definition, checked by the compiler here too.
 export type Account = Static<typeof AccountSchema>
@@ -24,6 +25,8 @@ export type EventSubscription = Static<typeof EventSubscriptionSchema>
 export type HookStats = Static<typeof HookStatsSchema>
 export type AccountStats = Static<typeof AccountStatsSchema>
 export type StatsInterval = HookStats['interval']
+export type IdentityProvider = Static<typeof IdentityProviderSchema>
+export type SubjectLink = Static<typeof SubjectLinkSchema>
 export type { Page }
 
 export interface EventType {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 const CROCKFORD = '0123456789abcdefghjkmnpqrstvwxyz'
 
-export type IdPrefix = 'acc' | 'usr' | 'key' | 'req' | 'cli' | 'grt' | 'hook' | 'evs' | 'msg' | 'evt' | 'dlv' | 'att'
+export type IdPrefix = 'acc' | 'usr' | 'key' | 'req' | 'cli' | 'grt' | 'hook' | 'evs' | 'msg' | 'evt' | 'dlv' | 'att' | 'idp' | 'sbj'
 
 // Ids are made on every request (request ids): random bytes come from a pool, refilled in bulk.
 const POOL_SIZE = 4096

@@ -128,9 +128,59 @@ export const grants = pgTable(
     revokedReason: text('revoked_reason'),
     /** The last authenticated call with one of its access tokens, written at most once a minute per instance (src/auth/usage.ts). */
     lastUsedAt: timestamp('last_used_at', { withTimezone: true, mode: 'date' }),
+    /**
+     * Set on a grant made by an enterprise identity provider's ID-JAG (docs/oauth.md#enterprise-managed-authorization-cross-app-access):
+     * removing the provider, or the user's subject link, revokes it. Its exchanges reuse it while it works.
+     */
+    identityProviderId: idText('identity_provider_id').references(() => identityProviders.id, { onDelete: 'set null' }),
   },
-  // The Connected apps list reads an account's grants.
-  (table) => [index('grants_user_id_idx').on(table.userId), index('grants_account_id_idx').on(table.accountId)],
+  (table) => [
+    // The Connected apps list reads an account's grants.
+    index('grants_user_id_idx').on(table.userId),
+    index('grants_account_id_idx').on(table.accountId),
+    // One working grant per provider, user and client: every ID-JAG exchange of an agent lands on it.
+    uniqueIndex('grants_identity_provider_user_client_key')
+      .on(table.identityProviderId, table.userId, table.clientId)
+      .where(sql`${table.identityProviderId} is not null and ${table.revokedAt} is null`),
+  ],
+)
+
+/**
+ * Enterprise identity providers an account trusts to vouch for its users with ID-JAGs
+ * (src/identity-providers/, docs/oauth.md#enterprise-managed-authorization-cross-app-access).
+ */
+export const identityProviders = pgTable(
+  'identity_providers',
+  {
+    id: idText('id').primaryKey(),
+    accountId: ownerId('account_id', () => accounts.id),
+    /** Compared character for character with an ID-JAG's `iss`. */
+    issuer: text('issuer').notNull(),
+    jwksUri: text('jwks_uri').notNull(),
+    /** Our OAuth clients (their `client_id`s) that may present this provider's ID-JAGs. */
+    allowedClientIds: text('allowed_client_ids').array().notNull(),
+    /** How an ID-JAG's subject becomes a user of the account: `email` (its `email` claim) or `subject` (a link in identity_provider_subjects). */
+    subjectMapping: text('subject_mapping').notNull(),
+    createdAt: createdAt(),
+  },
+  (table) => [
+    uniqueIndex('identity_providers_account_issuer_key').on(table.accountId, table.issuer),
+    // An ID-JAG names its issuer; every account that trusts it is a candidate.
+    index('identity_providers_issuer_idx').on(table.issuer),
+  ],
+)
+
+/** An identity provider's subject (`sub`) linked to a user of its account, for providers that map users by subject. */
+export const identityProviderSubjects = pgTable(
+  'identity_provider_subjects',
+  {
+    id: idText('id').primaryKey(),
+    identityProviderId: ownerId('identity_provider_id', () => identityProviders.id),
+    subject: text('subject').notNull(),
+    userId: ownerId('user_id', () => users.id),
+    createdAt: createdAt(),
+  },
+  (table) => [uniqueIndex('identity_provider_subjects_subject_key').on(table.identityProviderId, table.subject)],
 )
 
 /** Authorization codes (60 s, single use); stored as SHA-256. */
