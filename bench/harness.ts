@@ -413,8 +413,12 @@ export async function wrkVersion(): Promise<string> {
 }
 
 /** One wrk run, bounded by its duration (killed 20 s after it whatever happens); CPU of `serverPid`, wrk and the rest. */
-export async function wrk(url: string, o: { seconds: number; threads: number; connections: number; headers?: string[]; serverPid: number }): Promise<WrkResult> {
-  const cmd = ['wrk', `-t${o.threads}`, `-c${o.connections}`, `-d${o.seconds}s`, '--latency', ...(o.headers ?? []).flatMap((h) => ['-H', h]), url]
+export async function wrk(
+  url: string,
+  o: { seconds: number; threads: number; connections: number; headers?: string[]; serverPid: number; script?: { path: string; args: string[] } },
+): Promise<WrkResult> {
+  const script = o.script ? ['-s', o.script.path] : []
+  const cmd = ['wrk', `-t${o.threads}`, `-c${o.connections}`, `-d${o.seconds}s`, '--latency', ...script, ...(o.headers ?? []).flatMap((h) => ['-H', h]), url, ...(o.script ? ['--', ...o.script.args] : [])]
   const stop = startCpu({ server: () => processCpuSeconds(o.serverPid) })
   const run = await runCommand(cmd, process.env as Record<string, string>, (o.seconds + 20) * 1000)
   const cpu = stop({ wrk: run.cpuSeconds })
