@@ -42,7 +42,7 @@ export const CreateIdentityProviderBody = t.Object(
     allowed_client_ids: t.Array(t.String({ minLength: 1, maxLength: URL_MAX_LENGTH }), {
       minItems: 1,
       maxItems: MAX_ALLOWED_CLIENTS,
-      description: `The agents allowed to act for its users: ${MAX_ALLOWED_CLIENTS} at most, each a registered client (cli_…) or the https URL of a client ID metadata document.`,
+      description: `The agents allowed to act for its users: ${MAX_ALLOWED_CLIENTS} at most, each a registered confidential client (cli_…) of the JWT bearer grant (docs/oauth.md#enterprise-managed-authorization-cross-app-access).`,
       examples: [['cli_01jd3m9x2qk7r5v8w4y6z0efgh']],
     }),
     subject_mapping: SubjectMapping,

@@ -8,7 +8,8 @@ import { ApiError, validationFailed } from '../lib/http/errors.ts'
 import { readPage, type Page } from '../lib/http/pagination.ts'
 import { isForbiddenHost } from '../lib/security/outbound.ts'
 import { normalizeEmail } from '../accounts/service.ts'
-import { clientIdUrlProblem, isMetadataDocumentClientId } from '../oauth/client-metadata-document.ts'
+import { isMetadataDocumentClientId } from '../oauth/client-metadata-document.ts'
+import { JWT_BEARER_GRANT_TYPE } from '../oauth/grants/jwt-bearer.ts'
 import { revokeGrant } from '../oauth/revocation.ts'
 import type { CreateIdentityProviderBody, CreateSubjectLinkBody, IdentityProviderSchema, SubjectLinkSchema } from './schemas.ts'
 
@@ -87,25 +88,30 @@ export function checkJwksUri(raw: string, allowPrivate: boolean): string {
   return url.href
 }
 
-/** Each a client of this service: a registration that exists, or a client ID metadata document URL (fetched when it presents an ID-JAG). */
+/**
+ * Each a client that can use the JWT bearer grant: a registered confidential client that
+ * registered it (src/oauth/grants/jwt-bearer.ts refuses any other). A client ID metadata
+ * document describes a public client, which never can, so its URL is refused here rather than
+ * accepted to fail at every exchange.
+ */
 async function checkAllowedClientIds(db: Database, given: string[]): Promise<string[]> {
   const ids = [...new Set(given)]
-  const registered: string[] = []
   for (const [index, id] of given.entries()) {
     const path = `/allowed_client_ids/${index}`
     if (isMetadataDocumentClientId(id)) {
-      const problem = clientIdUrlProblem(id)
-      if (problem) throw validationFailed([{ path, message: `a client metadata document URL ${problem}` }])
-    } else if (isId('cli', id)) {
-      registered.push(id)
-    } else {
-      throw validationFailed([{ path, message: 'must be a registered client id (cli_…) or the https URL of a client ID metadata document' }])
+      throw validationFailed([{ path, message: 'a client ID metadata document describes a public client, which cannot use the JWT bearer grant: register the agent as a confidential client (docs/oauth.md#enterprise-managed-authorization-cross-app-access)' }])
     }
+    if (!isId('cli', id)) throw validationFailed([{ path, message: 'must be a registered client id (cli_…)' }])
   }
-  if (registered.length > 0) {
-    const found = new Set((await db.select({ id: oauthClients.id }).from(oauthClients).where(inArray(oauthClients.id, registered))).map((row) => row.id))
-    const missing = given.findIndex((id) => isId('cli', id) && !found.has(id))
-    if (missing !== -1) throw validationFailed([{ path: `/allowed_client_ids/${missing}`, message: `no client ${given[missing]} is registered` }])
+  const found = new Map(
+    (await db.select({ id: oauthClients.id, method: oauthClients.tokenEndpointAuthMethod, grantTypes: oauthClients.grantTypes }).from(oauthClients).where(inArray(oauthClients.id, ids))).map((row) => [row.id, row]),
+  )
+  for (const [index, id] of given.entries()) {
+    const client = found.get(id)
+    if (!client) throw validationFailed([{ path: `/allowed_client_ids/${index}`, message: `no client ${id} is registered` }])
+    if (client.method === 'none' || !client.grantTypes.includes(JWT_BEARER_GRANT_TYPE)) {
+      throw validationFailed([{ path: `/allowed_client_ids/${index}`, message: `the client ${id} is not a confidential client of the ${JWT_BEARER_GRANT_TYPE} grant: it could never use this provider's ID-JAGs` }])
+    }
   }
   return ids
 }

@@ -14,8 +14,13 @@ setDefaultTimeout(60_000)
 const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' } })
 const fixture = await flowFixture(server)
 const idp = await startTestIdentityProvider()
-const registration = await postJson(server, '/v0/auth/register', { client_name: 'Enterprise agent', redirect_uris: ['http://127.0.0.1:8765/callback'] })
-const agentId = ((await registration.json()) as { client_id: string }).client_id
+const registration = await postJson(server, '/v0/auth/register', {
+  client_name: 'Enterprise agent',
+  redirect_uris: [],
+  grant_types: ['urn:ietf:params:oauth:grant-type:jwt-bearer'],
+  token_endpoint_auth_method: 'client_secret_post',
+})
+const { client_id: agentId, client_secret: agentSecret } = (await registration.json()) as { client_id: string; client_secret: string }
 
 let browser: Browser | undefined
 let page: Page
@@ -83,7 +88,7 @@ test.if(runs)("linking a subject to a team member lets the provider's agent in; 
   await screenshot(page, 'identity-providers')
 
   const assertion = await idp.idJag({ audience: server.config.baseUrl, clientId: agentId, subject: '00u8a9kq2zTr5vH3x697', scope: 'hooks:read' })
-  const exchanged = await postForm(server, '/v0/auth/token', { grant_type: 'urn:ietf:params:oauth:grant-type:jwt-bearer', assertion, client_id: agentId })
+  const exchanged = await postForm(server, '/v0/auth/token', { grant_type: 'urn:ietf:params:oauth:grant-type:jwt-bearer', assertion, client_id: agentId, client_secret: agentSecret })
   expect(exchanged.status).toBe(200)
   await page.getByRole('navigation', { name: 'Dashboard' }).getByRole('link', { name: 'Connected apps' }).click()
   await page.getByRole('heading', { level: 2, name: 'Enterprise agent' }).waitFor()

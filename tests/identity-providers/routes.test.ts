@@ -11,6 +11,14 @@ import { authorizeAndRedeem, flowFixture, postJson } from '../oauth/support.ts'
 const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' } })
 const fixture = await flowFixture(server)
 const other = await server.createAccountWithKey('Another account')
+// The agents a provider may allow: confidential clients of the JWT bearer grant (docs/oauth.md).
+const JWT_BEARER = 'urn:ietf:params:oauth:grant-type:jwt-bearer'
+async function registerAgent(): Promise<string> {
+  const response = await postJson(server, '/v0/auth/register', { client_name: 'Enterprise agent', redirect_uris: [], grant_types: [JWT_BEARER], token_endpoint_auth_method: 'client_secret_basic' })
+  expect(response.status).toBe(201)
+  return ((await response.json()) as { client_id: string }).client_id
+}
+const agentId = await registerAgent()
 const path = (accountId = fixture.accountId) => `/v0/account/${accountId}/identity-providers`
 const withKey = (url: string, key = fixture.apiKey) => `${url}${url.includes('?') ? '&' : '?'}key=${key}`
 let issuers = 0
@@ -18,7 +26,7 @@ const newIssuer = () => `https://idp-${++issuers}.example.com`
 
 function provider(overrides: Record<string, unknown> = {}) {
   const issuer = newIssuer()
-  return { issuer, jwks_uri: `${issuer}/oauth2/v1/keys`, allowed_client_ids: [fixture.clientId], subject_mapping: 'email', ...overrides }
+  return { issuer, jwks_uri: `${issuer}/oauth2/v1/keys`, allowed_client_ids: [agentId], subject_mapping: 'email', ...overrides }
 }
 
 async function create(body: Record<string, unknown>, key = fixture.apiKey, accountId = fixture.accountId) {
@@ -78,7 +86,7 @@ test('POST creates a provider (201), audited; GET lists and reads it', async () 
     id: expect.stringMatching(/^idp_/),
     issuer: body.issuer,
     jwks_uri: body.jwks_uri,
-    allowed_client_ids: [fixture.clientId],
+    allowed_client_ids: [agentId],
     subject_mapping: 'subject',
     created_at: expect.any(String),
   })
@@ -91,9 +99,10 @@ test('POST creates a provider (201), audited; GET lists and reads it', async () 
   expect(await (await server.fetch(withKey(`${path()}/${idp.id}`))).json()).toEqual(idp)
 })
 
-test('a client metadata document URL may be an allowed client; duplicates collapse', async () => {
-  const idp = await (await create(provider({ allowed_client_ids: ['https://agent.example.com/client.json', fixture.clientId, fixture.clientId] }))).json()
-  expect(idp.allowed_client_ids).toEqual(['https://agent.example.com/client.json', fixture.clientId])
+test('duplicates among the allowed clients collapse', async () => {
+  const second = await registerAgent()
+  const idp = await (await create(provider({ allowed_client_ids: [second, agentId, agentId] }))).json()
+  expect(idp.allowed_client_ids).toEqual([second, agentId])
 })
 
 test('what is refused: bad URLs, unknown clients, an empty list, unknown fields (422 naming the field)', async () => {
@@ -102,8 +111,17 @@ test('what is refused: bad URLs, unknown clients, an empty list, unknown fields 
     [provider({ issuer: 'http://idp.example.com' }), '/issuer', 'must use https'],
     [provider({ jwks_uri: 'ftp://idp.example.com/keys' }), '/jwks_uri', 'must use https'],
     [provider({ allowed_client_ids: ['cli_00000000000000000000000000'] }), '/allowed_client_ids/0', 'no client cli_00000000000000000000000000 is registered'],
-    [provider({ allowed_client_ids: [fixture.clientId, 'my-agent'] }), '/allowed_client_ids/1', 'must be a registered client id (cli_…) or the https URL of a client ID metadata document'],
-    [provider({ allowed_client_ids: ['https://agent.example.com/'] }), '/allowed_client_ids/0', 'a client metadata document URL must have a path (https://host/path/to/client.json), not just /'],
+    [provider({ allowed_client_ids: [agentId, 'my-agent'] }), '/allowed_client_ids/1', 'must be a registered client id (cli_…)'],
+    [
+      provider({ allowed_client_ids: ['https://agent.example.com/client.json'] }),
+      '/allowed_client_ids/0',
+      'a client ID metadata document describes a public client, which cannot use the JWT bearer grant: register the agent as a confidential client (docs/oauth.md#enterprise-managed-authorization-cross-app-access)',
+    ],
+    [
+      provider({ allowed_client_ids: [agentId, fixture.clientId] }),
+      '/allowed_client_ids/1',
+      `the client ${fixture.clientId} is not a confidential client of the ${JWT_BEARER} grant: it could never use this provider's ID-JAGs`,
+    ],
   ]
   for (const [body, field, message] of cases) {
     const response = await create(body)
@@ -215,7 +233,7 @@ test('DELETE removes the provider (204, audited), then it is gone', async () => 
 test('lists page, newest first', async () => {
   const account = await server.createAccountWithKey('Paging account')
   const ids: string[] = []
-  for (let i = 0; i < 3; i++) ids.push((await (await create(provider({ allowed_client_ids: [fixture.clientId] }), account.secret, account.accountId)).json()).id)
+  for (let i = 0; i < 3; i++) ids.push((await (await create(provider({ allowed_client_ids: [agentId] }), account.secret, account.accountId)).json()).id)
   const first = await (await server.fetch(withKey(`${path(account.accountId)}?limit=2`, account.secret))).json()
   expect(first.data.map((item: { id: string }) => item.id)).toEqual([ids[2], ids[1]])
   const second = await (await server.fetch(withKey(`${path(account.accountId)}?limit=2&cursor=${first.next_cursor}`, account.secret))).json()

@@ -183,7 +183,7 @@ export function IdentityProvidersPage({ accountId }: { accountId: string }) {
         <label for="allowed_client_ids">Agents it may connect</label>
         <textarea id="allowed_client_ids" name="allowed_client_ids" rows={3} required autoComplete="off" spellcheck={false} aria-describedby="clients-help" />
         <p class="hint" id="clients-help">
-          Their client ids here (<code>cli_…</code>, or the URL of a client metadata document), one per line.
+          Their client ids here (<code>cli_…</code>: confidential clients that registered the JWT bearer grant), one per line.
         </p>
         <fieldset class="choices">
           <legend>Who is who</legend>
