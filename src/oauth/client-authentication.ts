@@ -203,7 +203,9 @@ async function verifyClientAssertion(deps: ClientAuthenticationDeps, client: OAu
  */
 export async function verifyClientCredentials(deps: ClientAuthenticationDeps, credentials: ClientCredentials): Promise<OAuthClient> {
   // RFC 7521 §4.2: without client_id, the assertion names its client (as sub; iss must agree).
-  const clientId = credentials.clientId ?? (credentials.method === 'private_key_jwt' ? decodeAssertion(credentials.assertion)?.claims.sub : undefined)
+  // Read before the signature is checked: only a string is taken (a number there was a 500).
+  const named = credentials.method === 'private_key_jwt' ? decodeAssertion(credentials.assertion)?.claims.sub : undefined
+  const clientId = credentials.clientId ?? (typeof named === 'string' ? named : undefined)
   let client: OAuthClient | null
   try {
     client = await deps.clients.find(clientId)

@@ -310,6 +310,11 @@ describe('refused, each 401 invalid_client with a description that says why', ()
     await expectInvalidClient(await refreshWith({ client_id: client.client_id, client_assertion: assertion }), 'client_assertion_type must be')
     await expectInvalidClient(await refreshWith({ client_id: client.client_id, client_assertion_type: ASSERTION_TYPE, client_assertion: 'not.a.jwt' }), 'is not a signed JWT')
     await expectInvalidClient(await refreshWith({ client_assertion_type: ASSERTION_TYPE, client_assertion: 'garbage' }), 'Unknown client_id')
+    // Without client_id the assertion's sub names the client; one that is not a string names none (it was a 500).
+    const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
+    const numericSub = `${encode({ alg: 'ES256' })}.${encode({ sub: 123 })}.c2ln`
+    await expectInvalidClient(await refreshWith({ client_assertion_type: ASSERTION_TYPE, client_assertion: numericSub }), 'Unknown client_id')
+    await expectInvalidClient(await postForm('/v0/auth/revoke', { token: 'anything', client_assertion_type: ASSERTION_TYPE, client_assertion: numericSub }), 'Unknown client_id')
   })
 
   test('the revocation endpoint refuses the same way', async () => {

@@ -254,10 +254,11 @@ describe('refused, each an invalid_grant saying why', () => {
     await expectRefused(await exchange(await idJagFor({ resource: 'https://mcp.other.example.com/' })), /^The ID-JAG's resource "https:\/\/mcp.other.example.com\/" is not one of this server's/)
   })
 
-  test('an ID-JAG bound to a key (cnf.jkt): refused without a DPoP proof of that key or with another key’s; with its proof, a DPoP-bound token', async () => {
+  test('an ID-JAG bound to a key (cnf.jkt): refused without a DPoP proof of that key or with another key’s, and not used up by those refusals; with its proof, a DPoP-bound token', async () => {
     const key = await proofKey()
     const other = await proofKey()
-    const bound = () => idJagFor({ cnf: { jkt: key.jkt } })
+    const assertion = await idJagFor({ cnf: { jkt: key.jkt } })
+    const bound = async () => assertion
     await expectRefused(await exchange(await bound()), /^The ID-JAG is bound to a key \(cnf\.jkt\): present it with a DPoP proof/)
     const nonce = await currentNonce(server)
     const withProof = async (proofBy: ProofKey) =>

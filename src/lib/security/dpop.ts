@@ -99,13 +99,11 @@ export function createDpopVerifier(deps: DpopVerifierDeps) {
   // Keyed by the header's exact jwk and alg, so a key is never taken for another.
   const keys = new TtlCache<{ key: CryptoKey; jkt: string }>({ maxEntries: 10_000, ttlMs: 3_600_000, now })
 
-  async function publicKeyOf(jwk: JWK, alg: string): Promise<{ key: CryptoKey; jkt: string }> {
-    const cacheKey = `${alg} ${JSON.stringify(jwk)}`
+  /** The header's key, imported (from the cache when a proof it signed verified before), and whether it came from the cache. */
+  async function publicKeyOf(cacheKey: string, jwk: JWK, alg: string): Promise<{ key: CryptoKey; jkt: string; cached: boolean }> {
     const known = keys.get(cacheKey)
-    if (known) return known
-    const imported = { key: (await importJWK(jwk, alg)) as CryptoKey, jkt: await calculateJwkThumbprint(jwk, 'sha256') }
-    keys.set(cacheKey, imported)
-    return imported
+    if (known) return { ...known, cached: true }
+    return { key: (await importJWK(jwk, alg)) as CryptoKey, jkt: await calculateJwkThumbprint(jwk, 'sha256'), cached: false }
   }
 
   async function verifySignature(proof: string): Promise<{ payload: JWTPayload; jkt: string }> {
@@ -123,8 +121,11 @@ export function createDpopVerifier(deps: DpopVerifierDeps) {
     if (typeof jwk !== 'object' || jwk === null || Array.isArray(jwk)) throw invalid('The DPoP proof must carry its public key in the jwk header.')
     if (PRIVATE_MEMBERS.some((member) => member in jwk)) throw invalid('The jwk of the DPoP proof must be a public key: it carries private key material.')
     try {
-      const { key, jkt } = await publicKeyOf(jwk as JWK, header.alg)
+      // Cached only once a proof it signed verifies: keys that never signed anything cannot push real clients' out.
+      const cacheKey = `${header.alg} ${JSON.stringify(jwk)}`
+      const { key, jkt, cached } = await publicKeyOf(cacheKey, jwk as JWK, header.alg)
       const { payload } = await jwtVerify(proof, key, { typ: 'dpop+jwt', algorithms: [header.alg] })
+      if (!cached) keys.set(cacheKey, { key, jkt })
       return { payload, jkt }
     } catch (error) {
       if (error instanceof errors.JWSSignatureVerificationFailed) throw invalid('The DPoP proof signature does not verify with its jwk.')

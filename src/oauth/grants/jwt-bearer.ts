@@ -285,7 +285,7 @@ function grantedAudience(baseUrl: string, idJagResource: string[] | undefined, r
 export async function verifyIdJag(
   deps: IdJagDeps,
   assertion: string | undefined,
-  request: { client: OAuthClient; scope?: string; resource?: string | string[] },
+  request: { client: OAuthClient; scope?: string; resource?: string | string[]; dpopJkt?: string },
 ): Promise<AcceptedIdJag> {
   if (!assertion) throw new OAuthError(400, 'invalid_request', 'assertion is required: the ID-JAG from your identity provider.')
   const header = readHeader(assertion)
@@ -329,8 +329,18 @@ export async function verifyIdJag(
 
   const scopes = grantedScopes(request.client, claims.scope, request.scope)
   const audience = grantedAudience(deps.baseUrl, claims.resource, request.resource)
-  // Last, so that an ID-JAG refused for another reason is not used up; the skew keeps it remembered as long as it could pass.
-  const first = await firstUseOfJti(deps.db, { namespace: `id_jag:${issuer}`, jti: claims.jti, expiresAt: new Date((claims.exp + CLOCK_SKEW_SECONDS) * 1000) })
+  // An ID-JAG bound to a key (cnf.jkt) comes with a DPoP proof of that key (draft §8.6.1.2.2).
+  if (claims.confirmationJkt && claims.confirmationJkt !== request.dpopJkt) {
+    throw invalidGrant(
+      request.dpopJkt === undefined
+        ? 'The ID-JAG is bound to a key (cnf.jkt): present it with a DPoP proof of that key (draft-ietf-oauth-identity-assertion-authz-grant §8.6.1.2.2).'
+        : 'The ID-JAG is bound to another key (cnf.jkt) than the one that signed the DPoP proof.',
+    )
+  }
+  // Last, so that an ID-JAG refused for another reason is not used up; the skew keeps it remembered
+  // as long as it could pass. Per provider, not per issuer string: another account that registers the
+  // same issuer cannot use up this provider's identifiers.
+  const first = await firstUseOfJti(deps.db, { namespace: `id_jag:${provider.id}`, jti: claims.jti, expiresAt: new Date((claims.exp + CLOCK_SKEW_SECONDS) * 1000) })
   if (!first) throw invalidGrant(`The ID-JAG was already used (jti ${quoted(claims.jti)}): ask the identity provider for a new one.`)
   return {
     accountId: provider.accountId,
@@ -412,13 +422,6 @@ export async function jwtBearerGrant(
     throw new OAuthError(400, 'unauthorized_client', `This client did not register the ${JWT_BEARER_GRANT_TYPE} grant; only a confidential client may (docs/oauth.md#enterprise-managed-authorization-cross-app-access).`)
   }
   const accepted = await verifyIdJag(deps, input.assertion, input)
-  if (accepted.confirmationJkt && accepted.confirmationJkt !== input.dpopJkt) {
-    throw invalidGrant(
-      input.dpopJkt === undefined
-        ? 'The ID-JAG is bound to a key (cnf.jkt): present it with a DPoP proof of that key (draft-ietf-oauth-identity-assertion-authz-grant §8.6.1.2.2).'
-        : 'The ID-JAG is bound to another key (cnf.jkt) than the one that signed the DPoP proof.',
-    )
-  }
   // A client metadata document's client gets its row now, as when a user approves it: the grant references it.
   await deps.clients.record(input.client)
   return issueIdJagGrant(deps, accepted, input.dpopJkt)
