@@ -6,7 +6,7 @@ import { AccountParams } from '../lib/http/params.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
 import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
 import { auditActor } from '../auth/authenticator.ts'
-import type { RevocationDeps } from '../auth/revocation-audit.ts'
+import { recordRevocation, type RevocationDeps } from '../auth/revocation-audit.ts'
 import { CreateIdentityProviderBody, CreateSubjectLinkBody, IdentityProviderParams, IdentityProviderSchema, SubjectLinkParams, SubjectLinkSchema } from './schemas.ts'
 import {
   createIdentityProvider,
@@ -21,6 +21,7 @@ import {
 } from './service.ts'
 
 export interface IdentityProviderRoutesDeps extends AuthPluginDeps, RevocationDeps, IdentityProviderDeps {
+  /** Seals the answers kept for Idempotency-Key (src/lib/http/idempotency.ts). */
   secretBox: SecretBox
 }
 
@@ -81,14 +82,13 @@ export function identityProviderRoutes(deps: IdentityProviderRoutesDeps) {
       const accountId = ownAccount(caller, params.account_id)
       const deleted = await deleteIdentityProvider(deps.db, accountId, params.identity_provider_id)
       if (!deleted) throw notFound(`No identity provider ${params.identity_provider_id} on this account.`)
-      audit(caller, {
+      await recordRevocation(deps, caller, {
         action: 'identity_provider.deleted',
         identity_provider_id: deleted.provider.id,
         issuer: deleted.provider.issuer,
         revoked_grant_ids: deleted.revokedGrantIds.join(' '),
         account_id: accountId,
       })
-      await deps.syncCaches()
       set.status = 204
     }, {
       auth: { scope: 'identity_providers:write' },
@@ -130,7 +130,7 @@ export function identityProviderRoutes(deps: IdentityProviderRoutesDeps) {
       const accountId = ownAccount(caller, params.account_id)
       const unlinked = await unlinkSubject(deps.db, accountId, params.identity_provider_id, params.link_id)
       if (!unlinked) throw notFound(`No subject link ${params.link_id} of identity provider ${params.identity_provider_id} on this account.`)
-      audit(caller, {
+      await recordRevocation(deps, caller, {
         action: 'identity_provider.subject_unlinked',
         identity_provider_id: params.identity_provider_id,
         link_id: unlinked.link.id,
@@ -138,7 +138,6 @@ export function identityProviderRoutes(deps: IdentityProviderRoutesDeps) {
         revoked_grant_ids: unlinked.revokedGrantIds.join(' '),
         account_id: accountId,
       })
-      await deps.syncCaches()
       set.status = 204
     }, {
       auth: { scope: 'identity_providers:write' },

@@ -213,7 +213,7 @@ export async function verifyClientCredentials(deps: ClientAuthenticationDeps, cr
     if (error instanceof ClientLookupError) throw invalidClient(error.message, credentials.method)
     throw error
   }
-  // Clients then register again (SPEC §5).
+  // Clients then register again (docs/oauth.md: 401 invalid_client for an unknown client_id).
   if (!client) throw invalidClient('Unknown client_id: register the client again (POST /auth/register).', credentials.method)
   const registered = client.tokenEndpointAuthMethod as ClientAuthenticationMethod
   if (credentials.method !== registered) {
