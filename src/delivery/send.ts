@@ -73,14 +73,7 @@ export async function sendWebhook(request: WebhookRequest, options: SendOptions)
   } catch {
     return failure('invalid target URL', 'other')
   }
-  const headers: Record<string, string> = {
-    ...request.headers,
-    'content-type': 'application/json',
-    'user-agent': USER_AGENT,
-    'webhook-id': request.id,
-    'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
-    'webhook-signature': request.secrets.map((secret) => new Webhook(secret).sign(request.id, now, request.body)).join(' '),
-  }
+  const headers: Record<string, string> = { ...request.headers, 'content-type': 'application/json', 'user-agent': USER_AGENT, ...standardWebhookHeaders(request, now) }
   let response: Response
   try {
     response = await fetchPinned(url, { method: 'POST', headers, body: request.body }, options, signal)
@@ -104,6 +97,18 @@ export async function sendWebhook(request: WebhookRequest, options: SendOptions)
     failure: ok ? null : statusFailure(response.status),
     responseSnippet,
     retryAfterSeconds: response.status === 429 || response.status === 503 ? parseRetryAfter(response.headers.get('retry-after'), now) : null,
+  }
+}
+
+/**
+ * The Standard Webhooks headers of one attempt, whatever carries them (an HTTP request, an AMQP
+ * message's headers, a NATS message's headers: docs/webhooks.md#destinations).
+ */
+export function standardWebhookHeaders(request: Pick<WebhookRequest, 'id' | 'body' | 'secrets'>, now: Date): Record<string, string> {
+  return {
+    'webhook-id': request.id,
+    'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+    'webhook-signature': request.secrets.map((secret) => new Webhook(secret).sign(request.id, now, request.body)).join(' '),
   }
 }
 

@@ -16,7 +16,11 @@ export interface ClaimedDelivery {
   /** Attempts made before this one. */
   attempts: number
   payload: string
+  eventType: string
+  /** As the owner sees it; `targetCredentialsCiphertext`, when set, is the URL to connect with. */
   targetUrl: string
+  /** A broker URL with its credentials, sealed (docs/webhooks.md#destinations). */
+  targetCredentialsCiphertext: string | null
   secretCiphertext: string
   /** The secret a rotation replaced, while it is still honoured (24 h): the attempt is signed with both. */
   previousSecretCiphertext: string | null
@@ -146,7 +150,9 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
     account_id: string
     attempts: number
     payload: string
+    event_type: string
     target_url: string
+    target_credentials_ciphertext: string | null
     secret_ciphertext: string
     previous_secret_ciphertext: string | null
     suspect: boolean
@@ -254,7 +260,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             update deliveries d set leased_until = now() + make_interval(secs => ${options.leaseMs / 1000})
             from picked, events e, hooks h
             where d.id = picked.id and e.id = d.event_id and h.id = d.hook_id
-            returning d.id, d.event_id, d.hook_id, h.account_id, d.attempts, e.payload, h.target_url, h.secret_ciphertext,
+            returning d.id, d.event_id, d.hook_id, h.account_id, d.attempts, e.payload, e.type as event_type, h.target_url, h.target_credentials_ciphertext, h.secret_ciphertext,
                       case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext,
                       picked.suspect, picked.probe, h.grant_id is not null as event_subscription, e.trace_context
           ),
@@ -305,7 +311,9 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
         accountId: row.account_id,
         attempts: Number(row.attempts),
         payload: row.payload,
+        eventType: row.event_type,
         targetUrl: row.target_url,
+        targetCredentialsCiphertext: row.target_credentials_ciphertext,
         secretCiphertext: row.secret_ciphertext,
         previousSecretCiphertext: row.previous_secret_ciphertext,
         suspect: row.suspect === true,

@@ -3,7 +3,8 @@ import { POOL_SIZES, postgresClient, preparedDrizzle } from '../lib/db/client.ts
 import { createSecretBox, type SecretBox } from '../lib/security/secret-box.ts'
 import type { LogFields } from '../lib/runtime/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
-import { sendWebhook, type AttemptResult } from './send.ts'
+import type { AttemptResult } from './send.ts'
+import { createDestinations } from './destinations/index.ts'
 import { traceAttempt, type AttemptTraceFields } from './attempt-span.ts'
 import { startTracing, type Tracing } from '../lib/runtime/tracing.ts'
 import { occurrenceBody, SUBSCRIPTION_ID_HEADER } from './event-wire.ts'
@@ -18,6 +19,7 @@ let dispatcher: Dispatcher | undefined
 let tracing: Tracing | undefined
 let flushAttemptLogs = () => {}
 let closeDatabase: () => Promise<void> = async () => {}
+let closeDestinations: () => Promise<void> = async () => {}
 const pendingCalls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>()
 let nextCallId = 0
 
@@ -102,19 +104,26 @@ async function start(settings: WorkerSettings) {
         record: database.record,
       }
     : database
+  const destinations = createDestinations()
+  closeDestinations = () => destinations.close()
   const send = async (delivery: ClaimedDelivery): Promise<AttemptResult> => {
     let secrets: string[]
+    let url: string
     try {
       secrets = [await openSecret(delivery.secretCiphertext)]
       if (delivery.previousSecretCiphertext) secrets.push(await openSecret(delivery.previousSecretCiphertext))
+      url = delivery.targetCredentialsCiphertext ? await openSecret(delivery.targetCredentialsCiphertext) : delivery.targetUrl
     } catch (error) {
-      log('error', 'cannot open a webhook signing secret', { hook_id: delivery.hookId, error: String(error) })
-      return { ok: false, status: null, durationMs: 0, error: 'the signing secret could not be opened', failure: 'other', responseSnippet: '', retryAfterSeconds: null }
+      log('error', 'cannot open a webhook signing secret or a destination\'s credentials', { hook_id: delivery.hookId, error: String(error) })
+      return { ok: false, status: null, durationMs: 0, error: 'the signing secret or the destination\'s credentials could not be opened', failure: 'other', responseSnippet: '', retryAfterSeconds: null }
     }
     const options = { timeoutMs: settings.timeoutMs, allowPrivate: settings.allowPrivate, ca: settings.ca }
     const body = delivery.eventSubscription ? occurrenceBody(delivery.payload) : delivery.payload
     const send = (headers: Record<string, string>) =>
-      sendWebhook({ url: delivery.targetUrl, id: delivery.eventId, body, secrets, headers: delivery.eventSubscription ? { ...headers, [SUBSCRIPTION_ID_HEADER]: delivery.hookId } : headers }, options)
+      destinations.send(
+        { url, id: delivery.eventId, eventType: delivery.eventType, body, secrets, headers: delivery.eventSubscription ? { ...headers, [SUBSCRIPTION_ID_HEADER]: delivery.hookId } : headers },
+        options,
+      )
     if (!tracing) return send({})
     const ids = { hookId: delivery.hookId, eventId: delivery.eventId, deliveryId: delivery.id, attempt: delivery.attempts + 1, url: delivery.targetUrl, probe: delivery.probe }
     const { result, trace } = await traceAttempt(tracing, tracing.contextFrom({ traceparent: delivery.traceContext }), ids, send)
@@ -191,6 +200,7 @@ async function start(settings: WorkerSettings) {
 
 async function stop() {
   await dispatcher?.stop()
+  await closeDestinations()
   flushAttemptLogs()
   await tracing?.shutdown()
   await closeDatabase()

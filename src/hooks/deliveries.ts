@@ -11,7 +11,8 @@ import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
 import { markDue } from '../delivery/queue.ts'
 import { attemptRollups } from '../stats/rollups.ts'
-import { sendWebhook, type SendOptions } from '../delivery/send.ts'
+import type { SendOptions } from '../delivery/send.ts'
+import { createDestinations } from '../delivery/destinations/index.ts'
 import { exampleEvent } from './event-catalog.ts'
 import type { EventType } from '../messages/event-types.ts'
 import type { DeliveryAttemptSchema, DeliveryDetailSchema, DeliverySchema, TestResultSchema } from './schemas.ts'
@@ -243,10 +244,14 @@ export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: stri
   const secrets = await signingSecrets(deps.secretBox, hook)
   const event = exampleEvent(accountId, hook.event as EventType)
   const deliveryId = newId('dlv')
-  const send = (headers: Record<string, string>) => sendWebhook({ url: hook.targetUrl, id: event.id, body: event.payload, secrets, headers }, deps.send)
-  const { result, trace } = deps.tracing
-    ? await traceAttempt(deps.tracing, context.active(), { hookId: hook.id, eventId: event.id, deliveryId, attempt: 1, url: hook.targetUrl }, send)
-    : { result: await send({}), trace: undefined }
+  const url = hook.targetCredentialsCiphertext ? await deps.secretBox.open(hook.targetCredentialsCiphertext) : hook.targetUrl
+  // A broker's connection for this one attempt, closed after it: tests are rare, and the worker's pool is in another thread.
+  const destinations = createDestinations()
+  const send = (headers: Record<string, string>) => destinations.send({ url, id: event.id, eventType: event.type, body: event.payload, secrets, headers }, deps.send)
+  const { result, trace } = await (deps.tracing
+    ? traceAttempt(deps.tracing, context.active(), { hookId: hook.id, eventId: event.id, deliveryId, attempt: 1, url: hook.targetUrl }, send)
+    : send({}).then((result) => ({ result, trace: undefined }))
+  ).finally(() => destinations.close())
   await deps.db.execute(sql`with
       test_event as (
         insert into events (id, account_id, type, payload, test) values (${event.id}, ${accountId}, ${event.type}, ${event.payload}, true)

@@ -11,6 +11,7 @@ import { isUniqueViolation } from '../lib/db/errors.ts'
 import { isId, newId } from '../lib/db/ids.ts'
 import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
+import { InvalidDestination, carriesCredentials, kindOfScheme, parseDestination, redactedTarget, type Destination } from '../delivery/destinations/targets.ts'
 import { EVENT_TYPES, FILTER_KEYS, type EventType, type FilterKey } from '../messages/event-types.ts'
 import type { HookFilterSchema, HookSchema } from './schemas.ts'
 
@@ -74,30 +75,61 @@ function filterContactsOf(event: EventType, filter: HookFilter | null): string[]
  * range. Names are resolved and checked again at every delivery, where rebinding is caught.
  * With WEBHOOK_ALLOW_PRIVATE_TARGETS (local development), private targets are allowed, and so
  * is plain http to a loopback or private address literal or `localhost`, never to a public one.
+ * A message broker's URL (docs/webhooks.md#destinations) follows the same address rules, with
+ * amqps:// and tls:// in the place of https; its credentials are kept, sealed, and shown as `***`.
  */
-export function checkTargetUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHost' | 'allowPrivateTargets'>): string {
+export function checkTargetUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHost' | 'allowPrivateTargets'>): CheckedTarget {
   const refuse = (message: string) => validationFailed([{ path: '/target_url', message }])
-  let url: URL
+  let destination: Destination
   try {
-    url = new URL(raw)
-  } catch {
-    throw refuse('must be an absolute URL')
+    destination = parseDestination(raw)
+  } catch (error) {
+    if (error instanceof InvalidDestination) throw refuse(error.message)
+    throw error
   }
+  const privateHint = '(WEBHOOK_ALLOW_PRIVATE_TARGETS=true allows it, for local development)'
+  if (destination.kind !== 'https') {
+    const secure = destination.kind === 'rabbitmq' ? 'amqps' : 'tls'
+    const local = deps.isForbiddenHost(destination.hostname)
+    if (!destination.tls && !(deps.allowPrivateTargets && local)) {
+      throw refuse(local ? `must use ${secure}:// (a connection without TLS to a local address needs WEBHOOK_ALLOW_PRIVATE_TARGETS=true, for local development)` : `must use ${secure}://`)
+    }
+    if (!deps.allowPrivateTargets && local) throw refuse(`must not point at a private, loopback or link-local address ${privateHint}`)
+    return { targetUrl: redactedTarget(raw), credentials: carriesCredentials(raw) ? new URL(raw).href : null }
+  }
+  const url = destination.url
   const localHttp = url.protocol === 'http:' && deps.allowPrivateTargets && deps.isForbiddenHost(url.hostname)
   if (url.protocol !== 'https:' && !localHttp) {
     throw refuse(
       url.protocol === 'http:' && deps.isForbiddenHost(url.hostname)
         ? 'must use https (plain http to a local address needs WEBHOOK_ALLOW_PRIVATE_TARGETS=true, for local development)'
-        : 'must use https',
+        : 'must use https, or name a message broker (amqps://, tls://: docs/webhooks.md#destinations)',
     )
   }
   if (url.username || url.password) throw refuse('must not carry credentials')
   if (url.hash) throw refuse('must not have a fragment')
   if (!deps.allowPrivateTargets && deps.isForbiddenHost(url.hostname)) {
-    throw refuse('must not point at a private, loopback or link-local address (WEBHOOK_ALLOW_PRIVATE_TARGETS=true allows it, for local development)')
+    throw refuse(`must not point at a private, loopback or link-local address ${privateHint}`)
   }
-  return url.href
+  return { targetUrl: url.href, credentials: null }
 }
+
+/** An agent's callback (docs/mcp.md#events) is an HTTPS endpoint: the extension's webhook delivery has no broker form. */
+export function checkCallbackUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHost' | 'allowPrivateTargets'>): string {
+  if (URL.canParse(raw) && kindOfScheme(new URL(raw).protocol) !== 'https') throw validationFailed([{ path: '/target_url', message: 'must use https' }])
+  return checkTargetUrl(raw, deps).targetUrl
+}
+
+/** A target as stored: what everyone sees, and the URL with its credentials when it has any (sealed before it is stored). */
+export interface CheckedTarget {
+  targetUrl: string
+  credentials: string | null
+}
+
+const sealedCredentials = async (box: SecretBox, target: CheckedTarget) => ({
+  targetUrl: target.targetUrl,
+  targetCredentialsCiphertext: target.credentials === null ? null : await box.seal(target.credentials),
+})
 
 // Standard Webhooks secrets: `whsec_` and base64 of 24 to 64 random bytes.
 const newSigningSecret = () => `whsec_${randomBytes(32).toString('base64')}`
@@ -136,7 +168,8 @@ export async function createHook(
   accountId: string,
   input: { event: EventType; target_url: string; secret?: string; rate_limit_per_s?: number; filter?: HookFilter },
 ): Promise<{ hook: Hook; secret: string }> {
-  const targetUrl = checkTargetUrl(input.target_url, deps)
+  const target = await sealedCredentials(deps.secretBox, checkTargetUrl(input.target_url, deps))
+  const targetUrl = target.targetUrl
   const filterContacts = filterContactsOf(input.event, input.filter ?? null)
   const secret = input.secret === undefined ? newSigningSecret() : checkSigningSecret(input.secret)
   const secretCiphertext = await deps.secretBox.seal(secret)
@@ -148,7 +181,7 @@ export async function createHook(
       if (held!.n >= deps.hooksPerAccount) throw hooksLimitReached(deps.hooksPerAccount, held!.agents)
       const [inserted] = await tx
         .insert(hooks)
-        .values({ id: newId('hook'), accountId, event: input.event, targetUrl, secretCiphertext, rateLimitPerS: input.rate_limit_per_s ?? null, filterContacts })
+        .values({ id: newId('hook'), accountId, event: input.event, ...target, secretCiphertext, rateLimitPerS: input.rate_limit_per_s ?? null, filterContacts })
         .returning()
       return inserted!
     })
@@ -291,19 +324,20 @@ async function changeOwnHook(db: Database, accountId: string, hookId: string, ch
  * events from the commit on; `filter: null` removes it, leaving it out keeps it.
  */
 export async function updateHook(
-  deps: Pick<HookDeps, 'db' | 'isForbiddenHost' | 'allowPrivateTargets'>,
+  deps: Pick<HookDeps, 'db' | 'secretBox' | 'isForbiddenHost' | 'allowPrivateTargets'>,
   accountId: string,
   hookId: string,
   input: { target_url?: string; status?: 'active' | 'paused'; rate_limit_per_s?: number | null; filter?: HookFilter | null },
 ): Promise<Hook> {
   if (!isId('hook', hookId)) throw noSuchHook(hookId)
-  const targetUrl = input.target_url === undefined ? undefined : checkTargetUrl(input.target_url, deps)
+  const target = input.target_url === undefined ? undefined : await sealedCredentials(deps.secretBox, checkTargetUrl(input.target_url, deps))
+  const targetUrl = target?.targetUrl
   // A filter's member is checked against the subscription's event, which no update changes: read it first.
   const filterContacts =
     input.filter === undefined || input.filter === null ? input.filter : filterContactsOf((await getHook(deps.db, accountId, hookId)).event as EventType, input.filter)
   try {
     return await changeOwnHook(deps.db, accountId, hookId, {
-      ...(targetUrl === undefined ? {} : { targetUrl, ...closedCircuit }),
+      ...(target === undefined ? {} : { ...target, ...closedCircuit }),
       ...(input.rate_limit_per_s === undefined ? {} : { rateLimitPerS: input.rate_limit_per_s }),
       ...(filterContacts === undefined ? {} : { filterContacts }),
       ...(input.status === undefined

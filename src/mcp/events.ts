@@ -16,7 +16,7 @@ import { EventSchema } from '../messages/schemas.ts'
 import { plainJsonSchema } from '../hooks/event-catalog.ts'
 import { EVENT_DESCRIPTIONS, EVENT_TYPES, FILTER_KEYS, type EventType } from '../messages/event-types.ts'
 import { ContactList } from '../hooks/schemas.ts'
-import { checkSigningSecret, checkTargetUrl, deleteSubscriptionRows } from '../hooks/service.ts'
+import { checkCallbackUrl, checkSigningSecret, deleteSubscriptionRows } from '../hooks/service.ts'
 import { CONTROL_MESSAGE_TIMEOUT_MS, controlMessageId, EVENT_ERRORS, SUBSCRIPTION_ID_HEADER, verificationBody } from '../delivery/event-wire.ts'
 import type { ToolDeps } from './tools.ts'
 
@@ -142,7 +142,7 @@ export async function subscribe(deps: ToolDeps, caller: Caller, rawParams: unkno
   const grantId = grantOf(caller)
   const type = eventTypeOf(params.name)
   const args = parse(eventArgumentsSchema(type), params.arguments ?? {}, '/arguments')
-  const url = asInvalidParams(() => checkTargetUrl(params.delivery.url, deps), '/delivery/url')
+  const url = asInvalidParams(() => checkCallbackUrl(params.delivery.url, deps), '/delivery/url')
   const secret = asInvalidParams(() => checkSigningSecret(params.delivery.secret), '/delivery/secret')
   const id = subscriptionIdOf(grantId, url, type, args)
   const expiresAt = new Date(now + grantedTtlMs(params.ttlMs))
@@ -333,7 +333,7 @@ export async function unsubscribe(deps: ToolDeps, caller: Caller, rawParams: unk
   const type = eventTypeOf(params.name)
   // Checked as subscribing checks them: arguments no subscription could have are refused, not hashed.
   const args = parse(eventArgumentsSchema(type), params.arguments ?? {}, '/arguments')
-  const url = asInvalidParams(() => checkTargetUrl(params.delivery.url, deps), '/delivery/url')
+  const url = asInvalidParams(() => checkCallbackUrl(params.delivery.url, deps), '/delivery/url')
   const id = subscriptionIdOf(grantId, url, type, args)
   const deleted = await deleteSubscriptionRows(deps.db, and(eq(hooks.id, id), eq(hooks.grantId, grantId))!)
   if (deleted.length === 0) throw eventError(EVENT_ERRORS.NotFound, 'No subscription matches this name, arguments and callback URL.', { kind: 'subscription' })

@@ -207,7 +207,7 @@ export const TOOLS = [
     name: 'get_webhook_health',
     title: "A webhook subscription's health over time",
     description:
-      "Answers \"is my webhook healthy?\": a summary in words first, then the subscription's status and circuit breaker, and per bucket (minute, hour or day; by default the last 24 hours by the hour, at most 1,440 buckets) its delivery attempts, successes, failures by reason (timeout, connection, refused, redirect, http_4xx, http_5xx, other) and attempt duration p50/p95/p99 in ms, with totals and the deliveries pending now. The same figures as GET …/hooks/{hook_id}/stats. Use list_deliveries or get_delivery to see individual failures.",
+      "Answers \"is my webhook healthy?\": a summary in words first, then the subscription's status and circuit breaker, and per bucket (minute, hour or day; by default the last 24 hours by the hour, at most 1,440 buckets) its delivery attempts, successes, failures by reason (timeout, connection, refused, redirect, http_4xx, http_5xx, other; for message brokers unroutable, nacked, denied) and attempt duration p50/p95/p99 in ms, with totals and the deliveries pending now. The same figures as GET …/hooks/{hook_id}/stats. Use list_deliveries or get_delivery to see individual failures.",
     scope: 'hooks:read',
     input: WebhookHealthInput,
     output: WebhookHealthOutput,

@@ -30,7 +30,7 @@ const FailuresSchema = t.Object(
     additionalProperties: Type.Integer({ minimum: 0 }),
     title: 'Failures',
     description:
-      'Failed attempts by reason: `timeout` (no answer in time), `connection` (refused, reset, DNS, TLS), `refused` (the address is not allowed: docs/security.md), `redirect` (3xx, never followed), `http_4xx`, `http_5xx`, `other`. Destinations besides HTTPS may add reasons of their own.',
+      'Failed attempts by reason: `timeout` (no answer in time), `connection` (refused, reset, DNS, TLS), `refused` (the address is not allowed: docs/security.md), `redirect` (3xx, never followed), `http_4xx`, `http_5xx`, `other`; and for message brokers (docs/webhooks.md#destinations) `unroutable` (no queue, exchange or stream took it), `nacked` (the broker would not take it) and `denied` (credentials or permission refused).',
   },
 )
 
@@ -83,7 +83,7 @@ const example = (extra: Record<string, unknown>, more: Record<string, unknown> =
     attempts: 1250,
     succeeded: 1236,
     failed: 14,
-    failures: { timeout: 9, connection: 0, refused: 0, redirect: 0, http_4xx: 0, http_5xx: 5, other: 0 },
+    failures: { timeout: 9, connection: 0, refused: 0, redirect: 0, http_4xx: 0, http_5xx: 5, unroutable: 0, nacked: 0, denied: 0, other: 0 },
     latency_ms: { p50: 42, p95: 180, p99: 950 },
     ...more,
   }

@@ -13,6 +13,9 @@ const REASON_WORDS: Record<string, string> = {
   redirect: 'redirected',
   http_4xx: 'answered 4xx',
   http_5xx: 'answered 5xx',
+  unroutable: 'not routed by the broker',
+  nacked: 'not taken by the broker',
+  denied: 'denied by the broker',
   other: 'failed otherwise',
 }
 

@@ -108,6 +108,6 @@ test('the outbound guard applies: a loopback set is refused unless private targe
   const before = fetches.get('/guarded') ?? 0
   await expect(fetchKeySet(urlOf('/guarded'), { policy: { allowPrivate: false } })).rejects.toThrow('only https targets are allowed')
   await expect(fetchKeySet(urlOf('/guarded').replace('http:', 'https:'), { policy: { allowPrivate: false } })).rejects.toThrow('which is not a public address')
-  await expect(fetchKeySet('http://93.184.215.14/keys', { policy: local })).rejects.toThrow('plain http is allowed only to loopback and private addresses')
+  await expect(fetchKeySet('http://93.184.215.14/keys', { policy: local })).rejects.toThrow('a connection without TLS is allowed only to loopback and private addresses')
   expect(fetches.get('/guarded') ?? 0).toBe(before)
 })

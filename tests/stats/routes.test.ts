@@ -52,7 +52,7 @@ async function allPages(owner: Owner, path: string): Promise<any[]> {
 /** What the attempt log says, by the deliveries list and each delivery's attempts: the figures the stats must equal. */
 async function figuresFromLog(owner: Owner, hookId: string) {
   const deliveries = await allPages(owner, `/hooks/${hookId}/deliveries`)
-  const failures: Record<string, number> = { timeout: 0, connection: 0, refused: 0, redirect: 0, http_4xx: 0, http_5xx: 0, other: 0 }
+  const failures: Record<string, number> = { timeout: 0, connection: 0, refused: 0, redirect: 0, http_4xx: 0, http_5xx: 0, unroutable: 0, nacked: 0, denied: 0, other: 0 }
   for (const delivery of deliveries) {
     for (const attempt of (await json(await call(owner, 'GET', `/hooks/${hookId}/deliveries/${delivery.id}`))).attempt_log) {
       const status = attempt.status_code as number | null

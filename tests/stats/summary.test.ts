@@ -2,7 +2,7 @@ import { expect, test } from 'bun:test'
 import { describeHookHealth } from '../../src/stats/summary.ts'
 import type { HookStats } from '../../src/stats/service.ts'
 
-const none = { timeout: 0, connection: 0, refused: 0, redirect: 0, http_4xx: 0, http_5xx: 0, other: 0 }
+const none = { timeout: 0, connection: 0, refused: 0, redirect: 0, http_4xx: 0, http_5xx: 0, unroutable: 0, nacked: 0, denied: 0, other: 0 }
 const bucket = (start: string, attempts: number, failed: number, failures = none) => ({
   start, attempts, succeeded: attempts - failed, failed, failures, latency_ms: attempts ? { p50: 40, p95: 90, p99: 300 } : null,
 })

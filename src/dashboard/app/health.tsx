@@ -57,6 +57,9 @@ const REASON_WORDS: Record<(typeof FAILURE_REASONS)[number], string> = {
   redirect: 'redirected',
   http_4xx: 'HTTP 4xx',
   http_5xx: 'HTTP 5xx',
+  unroutable: 'not routed',
+  nacked: 'broker nack',
+  denied: 'broker denied',
   other: 'other',
 }
 

@@ -258,7 +258,10 @@ export const hooks = pgTable(
     id: idText('id').primaryKey(),
     accountId: ownerId('account_id', () => accounts.id),
     event: text('event').notNull(),
+    /** As the owner sees it: a broker URL's password shown as `***` (docs/webhooks.md#destinations). */
     targetUrl: text('target_url').notNull(),
+    /** A broker URL that carries credentials, sealed (src/lib/security/secret-box.ts): what the delivery worker connects with. */
+    targetCredentialsCiphertext: text('target_credentials_ciphertext'),
     status: text('status').notNull().default('active'),
     disabledReason: text('disabled_reason'),
     secretCiphertext: text('secret_ciphertext').notNull(),

@@ -89,7 +89,17 @@ export async function resolveTarget(url: URL, options: { allowPrivate: boolean; 
   const plainHttp = url.protocol === 'http:' && options.allowPrivate
   if (url.protocol !== 'https:' && !plainHttp) throw new TargetRefused('scheme', `only https targets are allowed, not ${url.protocol}`)
   if (url.username || url.password) throw new TargetRefused('userinfo', 'target URLs must not carry credentials')
-  const hostname = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname
+  return resolveHost(url.hostname, { ...options, plain: plainHttp })
+}
+
+/**
+ * resolveTarget's checks for a host reached by another protocol (a message broker:
+ * src/delivery/destinations/): the name resolved here, every address checked, and with `plain`
+ * (no TLS) only loopback and private addresses allowed.
+ */
+export async function resolveHost(urlHostname: string, options: { allowPrivate: boolean; lookup?: Lookup; plain: boolean }): Promise<ResolvedTarget> {
+  const plainHttp = options.plain
+  const hostname = urlHostname.startsWith('[') ? urlHostname.slice(1, -1) : urlHostname
   const isAddressLiteral = ipaddr.isValid(hostname)
   let addresses: string[]
   if (isAddressLiteral) {
@@ -109,7 +119,7 @@ export async function resolveTarget(url: URL, options: { allowPrivate: boolean; 
   if (plainHttp) {
     // Plain http is for a receiver on this machine or network: never across the internet, whatever the name resolves to now.
     const open = addresses.find((address) => !isForbiddenAddress(address))
-    if (open !== undefined) throw new TargetRefused('scheme', `plain http is allowed only to loopback and private addresses; ${hostname} resolves to ${open}`)
+    if (open !== undefined) throw new TargetRefused('scheme', `a connection without TLS is allowed only to loopback and private addresses; ${hostname} resolves to ${open}`)
   }
   return { hostname, isAddressLiteral, addresses }
 }
@@ -150,7 +160,7 @@ export interface PinnedRequest {
 // (without the option, 40). NODE_EXTRA_CA_CERTS, read once at start, is the cheap way to trust a
 // private CA (docs/webhooks.md); WEBHOOK_CA_FILE works without a restart of the runtime's trust.
 let trustedFor: { extra: string; pem: string } | undefined
-function trustedWith(extra: string): string {
+export function trustedWith(extra: string): string {
   if (trustedFor?.extra !== extra) trustedFor = { extra, pem: [...getCACertificates('default'), extra].join('\n') }
   return trustedFor.pem
 }
@@ -250,7 +260,7 @@ export async function fetchPinned(url: URL, request: PinnedRequest, policy: Outb
 }
 
 /** The lookup does not take a signal: give up waiting for it when the signal aborts. */
-function raceSignal<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+export function raceSignal<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
   return new Promise((resolve, reject) => {
     const onAbort = () => reject(signal.reason)
     if (signal.aborted) return onAbort()

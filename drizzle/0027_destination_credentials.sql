@@ -1,0 +1,1 @@
+ALTER TABLE "hooks" ADD COLUMN "target_credentials_ciphertext" text;

@@ -1,0 +1,70 @@
+import type { FailureReason } from '../../stats/failure-reasons.ts'
+import { ConnectTimeout, TargetRefused, errorCode, isTimeout, type Lookup } from '../../lib/security/outbound.ts'
+import type { AttemptResult } from '../send.ts'
+
+/** What a broker destination publishes: the stored body bytes, and the Standard Webhooks headers as message headers. */
+export interface BrokerMessage {
+  /** The event id: the message id the broker deduplicates on (AMQP message-id, Nats-Msg-Id). */
+  id: string
+  /** The event type, for consumers that route on it (AMQP type; NATS header). */
+  type: string
+  body: string
+  headers: Record<string, string>
+  now: Date
+}
+
+/** WEBHOOK_ALLOW_PRIVATE_TARGETS, WEBHOOK_CA_FILE and the timeouts, as for HTTPS (docs/webhooks.md#timeouts). */
+export interface BrokerPolicy {
+  allowPrivate: boolean
+  ca?: string
+  lookup?: Lookup
+  /** The whole attempt: connecting (when no pooled connection is open), publishing, the confirmation. */
+  timeoutMs: number
+  connectTimeoutMs?: number
+  /** A pooled connection unused this long is closed. */
+  idleMs: number
+}
+
+/** A kind of broker's connections, pooled per broker and credentials, reused across attempts. */
+export interface BrokerPool<D> {
+  /**
+   * Resolves once the broker confirmed the message, with what its confirmation says (kept as the
+   * attempt's response); rejects with a BrokerFailure (or the signal's reason) otherwise.
+   */
+  publish(destination: D, message: BrokerMessage, signal: AbortSignal): Promise<string>
+  close(): Promise<void>
+}
+
+/** Why a publish failed, in the attempt log's words and the health figures' reasons. */
+export class BrokerFailure extends Error {
+  constructor(
+    readonly reason: FailureReason,
+    message: string,
+  ) {
+    super(message)
+    this.name = 'BrokerFailure'
+  }
+
+  /** A failure before the broker answered: the guard's refusal, no connection, or no answer in time. */
+  static ofNetwork(error: unknown, where: string): BrokerFailure {
+    if (error instanceof BrokerFailure) return error
+    if (error instanceof TargetRefused) return new BrokerFailure(error.reason === 'unresolvable' ? 'connection' : 'refused', `refused (${error.reason}): ${error.message}`)
+    if (isTimeout(error) || error instanceof ConnectTimeout || /ETIMEDOUT|timed? ?out/i.test(String((error as Error)?.message))) return new BrokerFailure('timeout', `${where}: no answer in time`)
+    const code = errorCode(error)
+    // Our words, or the error's code: a library's message may quote the URL it was given.
+    return new BrokerFailure('connection', `${where}: ${code ?? 'the connection failed or closed'}`)
+  }
+}
+
+/** One publish as an attempt for the attempt log; never throws. */
+export async function publishAttempt<D>(pool: BrokerPool<D>, destination: D, message: BrokerMessage, timeoutMs: number): Promise<AttemptResult> {
+  const started = performance.now()
+  const signal = AbortSignal.timeout(timeoutMs)
+  try {
+    const confirmation = await pool.publish(destination, message, signal)
+    return { ok: true, status: null, durationMs: Math.round(performance.now() - started), error: null, failure: null, responseSnippet: confirmation, retryAfterSeconds: null }
+  } catch (error) {
+    const failure = isTimeout(error) ? new BrokerFailure('timeout', `timed out after ${timeoutMs} ms`) : BrokerFailure.ofNetwork(error, 'publishing')
+    return { ok: false, status: null, durationMs: Math.round(performance.now() - started), error: failure.message, failure: failure.reason, responseSnippet: '', retryAfterSeconds: null }
+  }
+}
