@@ -103,7 +103,9 @@ export function checkTargetUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHos
     throw refuse(
       url.protocol === 'http:' && deps.isForbiddenHost(url.hostname)
         ? 'must use https (plain http to a local address needs WEBHOOK_ALLOW_PRIVATE_TARGETS=true, for local development)'
-        : 'must use https, or name a message broker (amqps://, tls://: docs/webhooks.md#destinations)',
+        : url.protocol === 'http:'
+          ? 'must use https'
+          : 'must use https, or name a message broker (amqps://, tls://: docs/webhooks.md#destinations)',
     )
   }
   if (url.username || url.password) throw refuse('must not carry credentials')

@@ -116,10 +116,14 @@ export function parseDestination(raw: string): Destination {
 export function redactedTarget(raw: string): string {
   const url = new URL(raw)
   if (!BROKER_SCHEMES[url.protocol]) return url.href
-  if (url.password) url.password = '***'
-  else if (url.username && BROKER_SCHEMES[url.protocol]!.kind === 'nats') url.username = '***'
-  return url.href
+  const userinfo = url.password ? `${url.username}:***@` : url.username ? (BROKER_SCHEMES[url.protocol]!.kind === 'nats' ? '***@' : `${url.username}@`) : ''
+  // Written out, with "/" for an empty path (the same vhost), so the same target always reads the same: the runtime's URL adds that path to some and not to others.
+  return `${url.protocol}//${userinfo}${url.host}${url.pathname || '/'}${url.search}`
 }
 
 /** Whether the URL carries a secret that redactedTarget hides (and so must be sealed). */
-export const carriesCredentials = (raw: string): boolean => redactedTarget(raw) !== new URL(raw).href
+export function carriesCredentials(raw: string): boolean {
+  const url = new URL(raw)
+  const scheme = BROKER_SCHEMES[url.protocol]
+  return scheme !== undefined && (url.password !== '' || (scheme.kind === 'nats' && url.username !== ''))
+}

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
-import { connect, type Channel, type ChannelModel, type ConsumeMessage } from 'amqplib'
+import { connect, type Channel, type ChannelModel, type GetMessage } from 'amqplib'
 import { Webhook } from 'standardwebhooks'
 import { startTestServer } from '../../support/server.ts'
 
@@ -48,11 +48,13 @@ async function inbound(body = 'hello') {
   return (await response.json()) as { id: string }
 }
 
-async function nextMessage(from: string, timeoutMs = 10_000): Promise<ConsumeMessage> {
+/** The next message on the queue whose event is of this type (others, from earlier tests' subscriptions, are skipped). */
+async function nextMessage(from: string, timeoutMs = 10_000, type?: string): Promise<GetMessage> {
   const until = Date.now() + timeoutMs
   while (Date.now() < until) {
     const message = await channel.get(from, { noAck: true })
-    if (message) return message
+    if (message && (type === undefined || JSON.parse(message.content.toString()).type === type)) return message
+    if (message) continue
     await Bun.sleep(50)
   }
   throw new Error(`nothing arrived on ${from} within ${timeoutMs} ms`)
@@ -73,5 +75,120 @@ describe('a RabbitMQ destination', () => {
     expect(message.properties.messageId).toBe(event.id)
     expect(message.properties.contentType).toBe('application/json')
     expect(message.properties.deliveryMode).toBe(2)
+    const listed = await until(
+      async () => (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${created.body.id}/deliveries?key=${owner.secret}`)).json()) as { data: { event_id: string; state: string; last_attempt: { status_code: number | null; error: string | null } | null }[] },
+      (page) => page.data[0]?.state === 'succeeded',
+    )
+    expect(listed.data).toHaveLength(1)
+    expect(listed.data[0]).toMatchObject({ event_id: event.id, state: 'succeeded', last_attempt: { status_code: null, error: null } })
+  })
+})
+
+async function attemptErrors(hookId: string): Promise<(string | null)[]> {
+  const page = (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}/deliveries?key=${owner.secret}`)).json()) as { data: { id: string }[] }
+  const errors: (string | null)[] = []
+  for (const delivery of page.data) {
+    const detail = (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}/deliveries/${delivery.id}?key=${owner.secret}`)).json()) as { attempt_log: { error: string | null }[] }
+    errors.push(...detail.attempt_log.map((attempt) => attempt.error))
+  }
+  return errors
+}
+
+async function failuresOf(hookId: string): Promise<Record<string, number>> {
+  const stats = (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}/stats?interval=minute&key=${owner.secret}`)).json()) as { totals: { failures: Record<string, number> } }
+  return stats.totals.failures
+}
+
+async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 10_000): Promise<T> {
+  const stop = Date.now() + timeoutMs
+  for (;;) {
+    const value = await read()
+    if (done(value) || Date.now() > stop) return value
+    await Bun.sleep(100)
+  }
+}
+
+describe('a RabbitMQ destination that cannot take the message', () => {
+  test('unroutable (no queue bound to the routing key) is a failed attempt with its reason, retried, and delivered once a queue is bound', async () => {
+    const routingKey = `nobody.${run}`
+    const created = await subscribe(`amqp://guest:guest@127.0.0.1:5672/?exchange=${exchange}&routing_key=${routingKey}`, 'message.inbound')
+    expect(created.status).toBe(201)
+    await inbound('nobody listens yet')
+    const errors = await until(() => attemptErrors(created.body.id), (list) => list.length >= 2)
+    expect(errors[0]).toContain(`unroutable: no queue is bound to exchange '${exchange}' with routing key '${routingKey}'`)
+    expect((await failuresOf(created.body.id)).unroutable).toBeGreaterThanOrEqual(2)
+    const late = `late-${run}`
+    await channel.assertQueue(late, { durable: false, autoDelete: true })
+    await channel.bindQueue(late, exchange, routingKey)
+    const message = await nextMessage(late, 15_000)
+    expect(JSON.parse(message.content.toString()).data.message.body).toBe('nobody listens yet')
+    await channel.deleteQueue(late)
+  })
+
+  test('an exchange that does not exist fails with the broker\'s words, and other subscriptions on the same broker keep delivering', async () => {
+    const missing = await subscribe(`amqp://guest:guest@127.0.0.1:5672/?exchange=missing-${run}&routing_key=x`, 'message.inbound')
+    expect(missing.status).toBe(201)
+    await inbound('two subscriptions')
+    const errors = await until(() => attemptErrors(missing.body.id), (list) => list.length >= 1)
+    expect(errors[0]).toContain(`no exchange 'missing-${run}'`)
+    expect((await failuresOf(missing.body.id)).unroutable).toBeGreaterThanOrEqual(1)
+    let delivered = await nextMessage(queue)
+    while (JSON.parse(delivered.content.toString()).data.message.body !== 'two subscriptions') delivered = await nextMessage(queue)
+    await server.fetch(`/v0/account/${owner.accountId}/hooks/${missing.body.id}?key=${owner.secret}`, { method: 'DELETE' })
+  })
+
+  test('a wrong password is denied; the password is shown as *** and never written to a response or a log line', async () => {
+    const password = `wrong-${run}-pw`
+    const created = await subscribe(`amqp://guest:${password}@127.0.0.1:5672/?exchange=${exchange}&routing_key=message.x`, 'message.delivered')
+    expect(created.status).toBe(201)
+    expect(JSON.stringify(created.body)).not.toContain(password)
+    const test = await server.fetch(`/v0/account/${owner.accountId}/hooks/${created.body.id}/test?key=${owner.secret}`, { method: 'POST' })
+    const result = (await test.json()) as { status_code: number | null; error: string }
+    expect(result.status_code).toBeNull()
+    expect(result.error).toContain('access refused')
+    expect((await failuresOf(created.body.id)).denied).toBe(1)
+    const read = await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${created.body.id}?key=${owner.secret}`)).text()
+    const list = await (await server.fetch(`/v0/account/${owner.accountId}/hooks?key=${owner.secret}`)).text()
+    for (const text of [read, list, ...server.rawLogs]) expect(text).not.toContain(password)
+    expect(read).toContain('guest:***@127.0.0.1')
+    await server.fetch(`/v0/account/${owner.accountId}/hooks/${created.body.id}?key=${owner.secret}`, { method: 'DELETE' })
+  })
+})
+
+describe('testing a RabbitMQ destination', () => {
+  test('POST …/test publishes one signed example event to the exchange now and answers from that attempt', async () => {
+    const created = await subscribe(`amqp://guest:guest@127.0.0.1:5672/?exchange=${exchange}&routing_key=message.delivered`, 'message.delivered')
+    const response = await server.fetch(`/v0/account/${owner.accountId}/hooks/${created.body.id}/test?key=${owner.secret}`, { method: 'POST' })
+    expect(response.status).toBe(200)
+    const result = (await response.json()) as { status_code: number | null; error: string | null }
+    expect(result).toMatchObject({ status_code: null, error: null })
+    const message = await nextMessage(queue, 10_000, 'message.delivered')
+    expect(() => new Webhook(created.body.secret).verify(message.content.toString(), message.properties.headers as Record<string, string>)).not.toThrow()
+    expect(message.properties.type).toBe('message.delivered')
+  })
+})
+
+describe('what a RabbitMQ target may be', () => {
+  const refused = async (target: string) => {
+    const { status, body } = await subscribe(target)
+    expect(status).toBe(422)
+    return body.errors[0] as { path: string; message: string }
+  }
+
+  test('names the exchange, takes only exchange and routing_key, and routing_key names the queue on the default exchange', async () => {
+    expect((await refused('amqp://127.0.0.1:5672/?routing_key=x')).message).toContain('names the exchange')
+    expect((await refused('amqp://127.0.0.1/?exchange=x&queue=y')).message).toContain('unknown parameter "queue"')
+    expect((await refused('amqp://127.0.0.1/?exchange=')).message).toContain('routing_key names the queue')
+    expect((await refused('amqp://127.0.0.1/?exchange=a%20b')).path).toBe('/target_url')
+    expect((await refused('amqp://127.0.0.1/?exchange=amq.rabbitmq.log')).message).toContain("the broker's own")
+    expect((await refused(`amqp://127.0.0.1/?exchange=x&routing_key=${'k'.repeat(256)}`)).message).toContain('255 bytes')
+  })
+
+  test('to the default exchange, routing_key names the queue', async () => {
+    const created = await subscribe(`amqp://127.0.0.1:5672?exchange=&routing_key=${queue}`, 'message.failed')
+    expect(created.status).toBe(201)
+    const response = await server.fetch(`/v0/account/${owner.accountId}/hooks/${created.body.id}/test?key=${owner.secret}`, { method: 'POST' })
+    expect(((await response.json()) as { error: string | null }).error).toBeNull()
+    expect((await nextMessage(queue, 10_000, 'message.failed')).properties.type).toBe('message.failed')
   })
 })
