@@ -332,11 +332,12 @@ export async function updateHook(
   input: { target_url?: string; status?: 'active' | 'paused'; rate_limit_per_s?: number | null; filter?: HookFilter | null },
 ): Promise<Hook> {
   if (!isId('hook', hookId)) throw noSuchHook(hookId)
-  const target = input.target_url === undefined ? undefined : await sealedCredentials(deps.secretBox, checkTargetUrl(input.target_url, deps))
+  // A filter's member is checked against the subscription's event, which no update changes; a target that is the one shown (`***` for its password) is the one stored, unchanged.
+  const current = (input.filter !== undefined && input.filter !== null) || input.target_url?.includes('***') ? await getHook(deps.db, accountId, hookId) : undefined
+  const newTarget = input.target_url === undefined || input.target_url === current?.targetUrl ? undefined : input.target_url
+  const target = newTarget === undefined ? undefined : await sealedCredentials(deps.secretBox, checkTargetUrl(newTarget, deps))
   const targetUrl = target?.targetUrl
-  // A filter's member is checked against the subscription's event, which no update changes: read it first.
-  const filterContacts =
-    input.filter === undefined || input.filter === null ? input.filter : filterContactsOf((await getHook(deps.db, accountId, hookId)).event as EventType, input.filter)
+  const filterContacts = input.filter === undefined || input.filter === null ? input.filter : filterContactsOf(current!.event as EventType, input.filter)
   try {
     return await changeOwnHook(deps.db, accountId, hookId, {
       ...(target === undefined ? {} : { ...target, ...closedCircuit }),

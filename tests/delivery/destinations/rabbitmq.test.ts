@@ -192,3 +192,21 @@ describe('what a RabbitMQ target may be', () => {
     expect((await nextMessage(queue, 10_000, 'message.failed')).properties.type).toBe('message.failed')
   })
 })
+
+describe('changing a RabbitMQ destination', () => {
+  const patch = (hookId: string, body: unknown) =>
+    server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}?key=${owner.secret}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  const testSend = async (hookId: string) =>
+    ((await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}/test?key=${owner.secret}`, { method: 'POST' })).json()) as { error: string | null }).error
+
+  test('sending back the URL as shown (*** for the password) keeps the stored credentials; a new URL replaces them', async () => {
+    const created = await subscribe(`amqp://guest:guest@127.0.0.1:5672/?exchange=${exchange}&routing_key=message.patched`, 'message.failed')
+    expect(created.status).toBe(201)
+    const unchanged = await patch(created.body.id, { target_url: created.body.target_url, rate_limit_per_s: 50 })
+    expect(unchanged.status).toBe(200)
+    expect(await testSend(created.body.id)).toBeNull()
+    const wrong = await patch(created.body.id, { target_url: `amqp://guest:not-the-password@127.0.0.1:5672/?exchange=${exchange}&routing_key=message.patched` })
+    expect(((await wrong.json()) as { target_url: string }).target_url).toBe(created.body.target_url)
+    expect(await testSend(created.body.id)).toContain('access refused')
+  })
+})

@@ -66,8 +66,11 @@ export function NewWebhookPage({ accountId }: { accountId: string }) {
           ))}
         </select>
         <ErrorNotice error={eventTypes.error} action="Loading the event types" />
-        <label for="target_url">Endpoint URL</label>
-        <input id="target_url" name="target_url" type="url" inputMode="url" required maxLength={2048} placeholder="https://example.com/webhooks" autoComplete="off" />
+        <label for="target_url">Endpoint or broker URL</label>
+        <input id="target_url" name="target_url" type="url" inputMode="url" required maxLength={2048} placeholder="https://example.com/webhooks" autoComplete="off" aria-describedby="target-help" />
+        <p class="hint" id="target-help">
+          {"An https endpoint, a RabbitMQ exchange (amqps://user:password@host/vhost?exchange=…&routing_key=…) or a NATS JetStream subject (tls://user:password@host?subject=…). A broker's password is kept sealed and shown as ***."}
+        </p>
         <label for="filter">Only these {filteredContacts(chosenEvent)} (optional)</label>
         <textarea id="filter" name="filter" rows={3} autoComplete="off" spellcheck={false} placeholder="+14155550123, +14155550124" aria-describedby="filter-help" />
         <p class="hint" id="filter-help">

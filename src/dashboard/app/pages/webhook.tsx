@@ -177,8 +177,10 @@ function EditForm({ accountId, hook, onSaved }: { accountId: string; hook: Hook;
     const limit = String(form.get('rate_limit_per_s') ?? '').trim()
     void save.run(async () => {
       setSaved(false)
+      const target = String(form.get('target_url') ?? '').trim()
       const updated = await api<Hook>('PATCH', `/account/${accountId}/hooks/${hook.id}`, {
-        target_url: String(form.get('target_url') ?? '').trim(),
+        // Unchanged, a broker URL still reads *** for its password: leave it out, and the stored one stays.
+        ...(target === hook.target_url ? {} : { target_url: target }),
         rate_limit_per_s: limit === '' ? null : Number(limit),
         filter: filterFor(hook.event, String(form.get('filter') ?? '')),
       })
@@ -189,7 +191,7 @@ function EditForm({ accountId, hook, onSaved }: { accountId: string; hook: Hook;
   return (
     <form class="card" onSubmit={submit} aria-labelledby="edit-title">
       <h2 id="edit-title">Settings</h2>
-      <label for="edit-target-url">Endpoint URL</label>
+      <label for="edit-target-url">Endpoint or broker URL</label>
       <input id="edit-target-url" name="target_url" type="url" required maxLength={2048} value={hook.target_url} autoComplete="off" />
       <label for="edit-rate-limit">Rate limit (deliveries per second)</label>
       <input id="edit-rate-limit" name="rate_limit_per_s" type="number" min={1} max={10000} step={1} value={hook.rate_limit_per_s ?? ''} aria-describedby="rate-limit-help" />
