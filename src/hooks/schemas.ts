@@ -46,7 +46,7 @@ export const HookSchema = t.Object(
     id: t.String({ examples: ['hook_01jd3m9x2qk7r5v8w4y6z0abcd'] }),
     account_id: t.String(),
     event: t.UnionEnum(EVENT_TYPES),
-    target_url: t.String({ format: 'uri' }),
+    target_url: t.String({ format: 'uri', description: 'Where deliveries go; a message broker\'s password is shown as `***` (docs/webhooks.md#destinations).' }),
     status: t.UnionEnum(['active', 'paused', 'disabled'], {
       description: '`paused` by the owner (deliveries are recorded and sent on resume); `disabled` by the service, with `disabled_reason`.',
     }),
@@ -80,7 +80,13 @@ export const RotatedHookSchema = t.Composite([
   }),
 ], { title: 'RotatedHook' })
 
-const TargetUrl = t.String({ minLength: 1, maxLength: 2048, description: 'An absolute https URL.' })
+const TargetUrl = t.String({
+  minLength: 1,
+  maxLength: 2048,
+  description:
+    'An absolute https URL; or a RabbitMQ exchange, `amqps://user:password@host[:port]/vhost?exchange=…&routing_key=…`, or a NATS JetStream subject, `tls://user:password@host[:port]?subject=…` (docs/webhooks.md#destinations). A broker URL\'s password is sealed at rest and shown as `***`; sending the URL back as shown keeps it.',
+  examples: ['https://example.com/webhooks', 'amqps://app:s3cret@mq.example.com/prod?exchange=sms-events&routing_key=message.delivered'],
+})
 const RateLimit = Type.Integer({ minimum: 1, maximum: 10_000, description: 'At most this many delivery attempts start in each second (1–10000).' })
 
 export const CreateHookBody = t.Object(

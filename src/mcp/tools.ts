@@ -119,7 +119,7 @@ export const TOOLS = [
   define({
     name: 'create_webhook',
     title: 'Subscribe a URL to an event',
-    description: `Subscribes an HTTPS URL to one event type (${EVENT_TYPES.join(', ')}; see list_event_types). Every such event is then POSTed to the URL, signed (Standard Webhooks). An optional filter narrows it to some contacts: {"to": [numbers]} for message.delivered and message.failed (the recipient), {"from": [numbers]} for message.inbound (the sender); 1-10 distinct E.164 numbers such as +14155550123. The answer includes the signing secret (whsec_…), shown only this once: give it to the user to verify deliveries. Fails if the URL is not https, points at a private address, or the same event and URL are already subscribed.`,
+    description: `Subscribes an HTTPS URL, a RabbitMQ exchange (amqps://user:password@host/vhost?exchange=NAME&routing_key=KEY) or a NATS JetStream subject (tls://user:password@host?subject=SUBJECT) to one event type (${EVENT_TYPES.join(', ')}; see list_event_types). Every such event is then POSTed to the URL, or published to the broker (confirmed by it), signed (Standard Webhooks). A broker's password is stored sealed and shown as ***. An optional filter narrows it to some contacts: {"to": [numbers]} for message.delivered and message.failed (the recipient), {"from": [numbers]} for message.inbound (the sender); 1-10 distinct E.164 numbers such as +14155550123. The answer includes the signing secret (whsec_…), shown only this once: give it to the user to verify deliveries. Fails if the URL is not https (or amqps/tls), points at a private address, or the same event and URL are already subscribed.`,
     scope: 'hooks:write',
     input: CreateHookBody,
     output: CreatedHookSchema,
