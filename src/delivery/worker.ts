@@ -104,7 +104,7 @@ async function start(settings: WorkerSettings) {
         record: database.record,
       }
     : database
-  const destinations = createDestinations()
+  const destinations = createDestinations({ timeoutMs: settings.timeoutMs, allowPrivate: settings.allowPrivate, ca: settings.ca })
   closeDestinations = () => destinations.close()
   const send = async (delivery: ClaimedDelivery): Promise<AttemptResult> => {
     let secrets: string[]
@@ -117,12 +117,10 @@ async function start(settings: WorkerSettings) {
       log('error', 'cannot open a webhook signing secret or a destination\'s credentials', { hook_id: delivery.hookId, error: String(error) })
       return { ok: false, status: null, durationMs: 0, error: 'the signing secret or the destination\'s credentials could not be opened', failure: 'other', responseSnippet: '', retryAfterSeconds: null }
     }
-    const options = { timeoutMs: settings.timeoutMs, allowPrivate: settings.allowPrivate, ca: settings.ca }
     const body = delivery.eventSubscription ? occurrenceBody(delivery.payload) : delivery.payload
     const send = (headers: Record<string, string>) =>
       destinations.send(
         { url, id: delivery.eventId, eventType: delivery.eventType, body, secrets, headers: delivery.eventSubscription ? { ...headers, [SUBSCRIPTION_ID_HEADER]: delivery.hookId } : headers },
-        options,
       )
     if (!tracing) return send({})
     const ids = { hookId: delivery.hookId, eventId: delivery.eventId, deliveryId: delivery.id, attempt: delivery.attempts + 1, url: delivery.targetUrl, probe: delivery.probe }

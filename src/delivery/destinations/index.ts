@@ -20,7 +20,7 @@ export interface DestinationRequest extends WebhookRequest {
 
 export interface Destinations {
   /** One attempt, to whichever kind the URL names; never throws. */
-  send(request: DestinationRequest, options: SendOptions): Promise<AttemptResult>
+  send(request: DestinationRequest): Promise<AttemptResult>
   /** Closes the pooled broker connections. */
   close(): Promise<void>
 }
@@ -28,19 +28,20 @@ export interface Destinations {
 /** How long a pooled broker connection stays open without an attempt. */
 const BROKER_IDLE_MS = 5 * 60_000
 
-export function createDestinations(): Destinations {
+/** `options` hold for every attempt: the pools' connections were opened under them. */
+export function createDestinations(options: SendOptions): Destinations {
   let rabbitmq: BrokerPool<RabbitMqDestination> | undefined
   let nats: BrokerPool<NatsDestination> | undefined
-  const policyOf = (options: SendOptions): BrokerPolicy => ({
+  const policy: BrokerPolicy = {
     allowPrivate: options.allowPrivate,
     ca: options.ca,
     lookup: options.lookup,
     timeoutMs: options.timeoutMs,
     connectTimeoutMs: options.connectTimeoutMs,
     idleMs: BROKER_IDLE_MS,
-  })
+  }
   return {
-    async send(request, options) {
+    async send(request) {
       let destination
       try {
         destination = parseDestination(request.url)
@@ -52,10 +53,10 @@ export function createDestinations(): Destinations {
       const now = options.now?.() ?? new Date()
       const message = { id: request.id, type: request.eventType, body: request.body, headers: { ...request.headers, ...standardWebhookHeaders(request, now) }, now }
       if (destination.kind === 'rabbitmq') {
-        rabbitmq ??= createRabbitMqPool(policyOf(options))
+        rabbitmq ??= createRabbitMqPool(policy)
         return publishAttempt(rabbitmq, destination, message, options.timeoutMs)
       }
-      nats ??= createNatsPool(policyOf(options))
+      nats ??= createNatsPool(policy)
       return publishAttempt(nats, destination, message, options.timeoutMs)
     },
     async close() {
