@@ -6,6 +6,7 @@ import { newId } from '../lib/db/ids.ts'
 import { MAX_RETRY_AFTER_MS, type DeliveryDecision } from './policy.ts'
 import type { AttemptResult } from './send.ts'
 import { attemptRollups } from '../stats/rollups.ts'
+import type { SignatureScheme } from './signing.ts'
 
 /** A delivery leased to one sender, with everything needed to send it. Plain data: it crosses threads. */
 export interface ClaimedDelivery {
@@ -17,6 +18,8 @@ export interface ClaimedDelivery {
   attempts: number
   payload: string
   targetUrl: string
+  /** How its subscription signs (docs/webhooks.md#signatures): the sealed keys below are whsec_ secrets or whsk_ private keys. */
+  signatureScheme: SignatureScheme
   secretCiphertext: string
   /** The secret a rotation replaced, while it is still honoured (24 h): the attempt is signed with both. */
   previousSecretCiphertext: string | null
@@ -147,6 +150,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
     attempts: number
     payload: string
     target_url: string
+    signature_scheme: SignatureScheme
     secret_ciphertext: string
     previous_secret_ciphertext: string | null
     suspect: boolean
@@ -254,7 +258,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             update deliveries d set leased_until = now() + make_interval(secs => ${options.leaseMs / 1000})
             from picked, events e, hooks h
             where d.id = picked.id and e.id = d.event_id and h.id = d.hook_id
-            returning d.id, d.event_id, d.hook_id, h.account_id, d.attempts, e.payload, h.target_url, h.secret_ciphertext,
+            returning d.id, d.event_id, d.hook_id, h.account_id, d.attempts, e.payload, h.target_url, h.signature_scheme, h.secret_ciphertext,
                       case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext,
                       picked.suspect, picked.probe, h.grant_id is not null as event_subscription, e.trace_context
           ),
@@ -306,6 +310,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
         attempts: Number(row.attempts),
         payload: row.payload,
         targetUrl: row.target_url,
+        signatureScheme: row.signature_scheme,
         secretCiphertext: row.secret_ciphertext,
         previousSecretCiphertext: row.previous_secret_ciphertext,
         suspect: row.suspect === true,

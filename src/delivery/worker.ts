@@ -4,6 +4,7 @@ import { createSecretBox, type SecretBox } from '../lib/security/secret-box.ts'
 import type { LogFields } from '../lib/runtime/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
 import { sendWebhook, type AttemptResult } from './send.ts'
+import type { SigningKeys } from './signing.ts'
 import { traceAttempt, type AttemptTraceFields } from './attempt-span.ts'
 import { startTracing, type Tracing } from '../lib/runtime/tracing.ts'
 import { occurrenceBody, SUBSCRIPTION_ID_HEADER } from './event-wire.ts'
@@ -103,10 +104,13 @@ async function start(settings: WorkerSettings) {
       }
     : database
   const send = async (delivery: ClaimedDelivery): Promise<AttemptResult> => {
-    let secrets: string[]
+    let keys: SigningKeys
     try {
-      secrets = [await openSecret(delivery.secretCiphertext)]
-      if (delivery.previousSecretCiphertext) secrets.push(await openSecret(delivery.previousSecretCiphertext))
+      keys = {
+        scheme: delivery.signatureScheme,
+        current: await openSecret(delivery.secretCiphertext),
+        previous: delivery.previousSecretCiphertext ? await openSecret(delivery.previousSecretCiphertext) : null,
+      }
     } catch (error) {
       log('error', 'cannot open a webhook signing secret', { hook_id: delivery.hookId, error: String(error) })
       return { ok: false, status: null, durationMs: 0, error: 'the signing secret could not be opened', failure: 'other', responseSnippet: '', retryAfterSeconds: null }
@@ -114,7 +118,7 @@ async function start(settings: WorkerSettings) {
     const options = { timeoutMs: settings.timeoutMs, allowPrivate: settings.allowPrivate, ca: settings.ca }
     const body = delivery.eventSubscription ? occurrenceBody(delivery.payload) : delivery.payload
     const send = (headers: Record<string, string>) =>
-      sendWebhook({ url: delivery.targetUrl, id: delivery.eventId, body, secrets, headers: delivery.eventSubscription ? { ...headers, [SUBSCRIPTION_ID_HEADER]: delivery.hookId } : headers }, options)
+      sendWebhook({ url: delivery.targetUrl, id: delivery.eventId, body, keys, headers: delivery.eventSubscription ? { ...headers, [SUBSCRIPTION_ID_HEADER]: delivery.hookId } : headers }, options)
     if (!tracing) return send({})
     const ids = { hookId: delivery.hookId, eventId: delivery.eventId, deliveryId: delivery.id, attempt: delivery.attempts + 1, url: delivery.targetUrl, probe: delivery.probe }
     const { result, trace } = await traceAttempt(tracing, tracing.contextFrom({ traceparent: delivery.traceContext }), ids, send)

@@ -12,6 +12,7 @@ import type { SecretBox } from '../lib/security/secret-box.ts'
 import { markDue } from '../delivery/queue.ts'
 import { attemptRollups } from '../stats/rollups.ts'
 import { sendWebhook, type SendOptions } from '../delivery/send.ts'
+import type { SignatureScheme, SigningKeys } from '../delivery/signing.ts'
 import { exampleEvent } from './event-catalog.ts'
 import type { EventType } from '../messages/event-types.ts'
 import type { DeliveryAttemptSchema, DeliveryDetailSchema, DeliverySchema, TestResultSchema } from './schemas.ts'
@@ -240,10 +241,10 @@ export async function recoverDeliveries(deps: Pick<DeliveryOperationDeps, 'db' |
  */
 export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: string, hookId: string): Promise<Static<typeof TestResultSchema>> {
   const hook = await getHook(deps.db, accountId, hookId)
-  const secrets = await signingSecrets(deps.secretBox, hook)
+  const keys = await signingKeys(deps.secretBox, hook)
   const event = exampleEvent(accountId, hook.event as EventType)
   const deliveryId = newId('dlv')
-  const send = (headers: Record<string, string>) => sendWebhook({ url: hook.targetUrl, id: event.id, body: event.payload, secrets, headers }, deps.send)
+  const send = (headers: Record<string, string>) => sendWebhook({ url: hook.targetUrl, id: event.id, body: event.payload, keys, headers }, deps.send)
   const { result, trace } = deps.tracing
     ? await traceAttempt(deps.tracing, context.active(), { hookId: hook.id, eventId: event.id, deliveryId, attempt: 1, url: hook.targetUrl }, send)
     : { result: await send({}), trace: undefined }
@@ -278,11 +279,12 @@ export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: stri
   return { delivery_id: deliveryId, status_code: result.status, duration_ms: Math.round(result.durationMs), error: result.error }
 }
 
-/** The secrets an attempt is signed with: the current one, and the one a rotation replaced while it is honoured. */
-async function signingSecrets(box: SecretBox, hook: Hook): Promise<string[]> {
-  const secrets = [await box.open(hook.secretCiphertext)]
-  if (hook.previousSecretCiphertext && hook.previousSecretExpiresAt && hook.previousSecretExpiresAt.getTime() > Date.now()) {
-    secrets.push(await box.open(hook.previousSecretCiphertext))
+/** The keys an attempt is signed with: the current one, and the one a rotation replaced while it is honoured. */
+async function signingKeys(box: SecretBox, hook: Hook): Promise<SigningKeys> {
+  const honoured = hook.previousSecretCiphertext && hook.previousSecretExpiresAt && hook.previousSecretExpiresAt.getTime() > Date.now()
+  return {
+    scheme: hook.signatureScheme as SignatureScheme,
+    current: await box.open(hook.secretCiphertext),
+    previous: honoured ? await box.open(hook.previousSecretCiphertext!) : null,
   }
-  return secrets
 }

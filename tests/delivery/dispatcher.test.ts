@@ -11,6 +11,7 @@ const delivery = (id: number, hookId = 'hook_1'): ClaimedDelivery => ({
   attempts: 0,
   payload: '{}',
   targetUrl: 'https://example.com/',
+  signatureScheme: 'hmac',
   secretCiphertext: 'sealed',
   previousSecretCiphertext: null,
   suspect: false,
