@@ -1,5 +1,5 @@
-import { Webhook } from 'standardwebhooks'
 import type { FailureReason } from '../stats/failure-reasons.ts'
+import { signatureHeader, type SigningKeys } from './signing.ts'
 import { type Lookup, TargetRefused, type TargetRefusal, describeNetworkError, fetchPinned, isTimeout, readPrefix } from '../lib/security/outbound.ts'
 
 export interface WebhookRequest {
@@ -8,8 +8,8 @@ export interface WebhookRequest {
   id: string
   /** The stored body bytes, sent and signed as they are. */
   body: string
-  /** `whsec_…` secrets; more than one while a secret is being rotated, each signs the attempt. */
-  secrets: string[]
+  /** The subscription's signing keys; during a rotation both sign the attempt. */
+  keys: SigningKeys
   /** Headers besides the Standard Webhooks ones (an MCP event subscription's X-MCP-Subscription-Id). */
   headers?: Record<string, string>
 }
@@ -73,7 +73,14 @@ export async function sendWebhook(request: WebhookRequest, options: SendOptions)
   } catch {
     return failure('invalid target URL', 'other')
   }
-  const headers: Record<string, string> = { ...request.headers, 'content-type': 'application/json', 'user-agent': USER_AGENT, ...standardWebhookHeaders(request, now) }
+  const timestamp = Math.floor(now.getTime() / 1000)
+  let signed: Record<string, string>
+  try {
+    signed = await standardWebhookHeaders(request, timestamp)
+  } catch {
+    return failure('the attempt could not be signed', 'other')
+  }
+  const headers: Record<string, string> = { ...request.headers, 'content-type': 'application/json', 'user-agent': USER_AGENT, ...signed }
   let response: Response
   try {
     response = await fetchPinned(url, { method: 'POST', headers, body: request.body }, options, signal)
@@ -104,11 +111,11 @@ export async function sendWebhook(request: WebhookRequest, options: SendOptions)
  * The Standard Webhooks headers of one attempt, whatever carries them (an HTTP request, an AMQP
  * message's headers, a NATS message's headers: docs/webhooks.md#destinations).
  */
-export function standardWebhookHeaders(request: Pick<WebhookRequest, 'id' | 'body' | 'secrets'>, now: Date): Record<string, string> {
+export async function standardWebhookHeaders(request: Pick<WebhookRequest, 'id' | 'body' | 'keys'>, timestampSeconds: number): Promise<Record<string, string>> {
   return {
     'webhook-id': request.id,
-    'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
-    'webhook-signature': request.secrets.map((secret) => new Webhook(secret).sign(request.id, now, request.body)).join(' '),
+    'webhook-timestamp': String(timestampSeconds),
+    'webhook-signature': await signatureHeader(request.keys, request.id, timestampSeconds, request.body),
   }
 }
 

@@ -6,6 +6,7 @@ import { newId } from '../lib/db/ids.ts'
 import { MAX_RETRY_AFTER_MS, type DeliveryDecision } from './policy.ts'
 import type { AttemptResult } from './send.ts'
 import { attemptRollups } from '../stats/rollups.ts'
+import type { SignatureScheme } from './signing.ts'
 
 /** A delivery leased to one sender, with everything needed to send it. Plain data: it crosses threads. */
 export interface ClaimedDelivery {
@@ -21,6 +22,8 @@ export interface ClaimedDelivery {
   targetUrl: string
   /** A broker URL with its credentials, sealed (docs/webhooks.md#destinations). */
   targetCredentialsCiphertext: string | null
+  /** How its subscription signs (docs/webhooks.md#signatures): the sealed keys below are whsec_ secrets or whsk_ private keys. */
+  signatureScheme: SignatureScheme
   secretCiphertext: string
   /** The secret a rotation replaced, while it is still honoured (24 h): the attempt is signed with both. */
   previousSecretCiphertext: string | null
@@ -153,6 +156,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
     event_type: string
     target_url: string
     target_credentials_ciphertext: string | null
+    signature_scheme: SignatureScheme
     secret_ciphertext: string
     previous_secret_ciphertext: string | null
     suspect: boolean
@@ -260,7 +264,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
             update deliveries d set leased_until = now() + make_interval(secs => ${options.leaseMs / 1000})
             from picked, events e, hooks h
             where d.id = picked.id and e.id = d.event_id and h.id = d.hook_id
-            returning d.id, d.event_id, d.hook_id, h.account_id, d.attempts, e.payload, e.type as event_type, h.target_url, h.target_credentials_ciphertext, h.secret_ciphertext,
+            returning d.id, d.event_id, d.hook_id, h.account_id, d.attempts, e.payload, e.type as event_type, h.target_url, h.target_credentials_ciphertext, h.signature_scheme, h.secret_ciphertext,
                       case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext,
                       picked.suspect, picked.probe, h.grant_id is not null as event_subscription, e.trace_context
           ),
@@ -314,6 +318,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
         eventType: row.event_type,
         targetUrl: row.target_url,
         targetCredentialsCiphertext: row.target_credentials_ciphertext,
+        signatureScheme: row.signature_scheme,
         secretCiphertext: row.secret_ciphertext,
         previousSecretCiphertext: row.previous_secret_ciphertext,
         suspect: row.suspect === true,

@@ -4,6 +4,7 @@ import { createSecretBox, type SecretBox } from '../lib/security/secret-box.ts'
 import type { LogFields } from '../lib/runtime/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
 import type { AttemptResult } from './send.ts'
+import type { SigningKeys } from './signing.ts'
 import { createDestinations } from './destinations/index.ts'
 import { traceAttempt, type AttemptTraceFields } from './attempt-span.ts'
 import { startTracing, type Tracing } from '../lib/runtime/tracing.ts'
@@ -107,11 +108,14 @@ async function start(settings: WorkerSettings) {
   const destinations = createDestinations({ timeoutMs: settings.timeoutMs, allowPrivate: settings.allowPrivate, ca: settings.ca })
   closeDestinations = () => destinations.close()
   const send = async (delivery: ClaimedDelivery): Promise<AttemptResult> => {
-    let secrets: string[]
+    let keys: SigningKeys
     let url: string
     try {
-      secrets = [await openSecret(delivery.secretCiphertext)]
-      if (delivery.previousSecretCiphertext) secrets.push(await openSecret(delivery.previousSecretCiphertext))
+      keys = {
+        scheme: delivery.signatureScheme,
+        current: await openSecret(delivery.secretCiphertext),
+        previous: delivery.previousSecretCiphertext ? await openSecret(delivery.previousSecretCiphertext) : null,
+      }
       url = delivery.targetCredentialsCiphertext ? await openSecret(delivery.targetCredentialsCiphertext) : delivery.targetUrl
     } catch (error) {
       log('error', 'cannot open a webhook signing secret or a destination\'s credentials', { hook_id: delivery.hookId, error: String(error) })
@@ -120,7 +124,7 @@ async function start(settings: WorkerSettings) {
     const body = delivery.eventSubscription ? occurrenceBody(delivery.payload) : delivery.payload
     const send = (headers: Record<string, string>) =>
       destinations.send(
-        { url, id: delivery.eventId, eventType: delivery.eventType, body, secrets, headers: delivery.eventSubscription ? { ...headers, [SUBSCRIPTION_ID_HEADER]: delivery.hookId } : headers },
+        { url, id: delivery.eventId, eventType: delivery.eventType, body, keys, headers: delivery.eventSubscription ? { ...headers, [SUBSCRIPTION_ID_HEADER]: delivery.hookId } : headers },
       )
     if (!tracing) return send({})
     const ids = { hookId: delivery.hookId, eventId: delivery.eventId, deliveryId: delivery.id, attempt: delivery.attempts + 1, url: delivery.targetUrl, probe: delivery.probe }

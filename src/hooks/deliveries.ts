@@ -12,6 +12,7 @@ import type { SecretBox } from '../lib/security/secret-box.ts'
 import { markDue } from '../delivery/queue.ts'
 import { attemptRollups } from '../stats/rollups.ts'
 import type { SendOptions } from '../delivery/send.ts'
+import type { SignatureScheme, SigningKeys } from '../delivery/signing.ts'
 import { createDestinations } from '../delivery/destinations/index.ts'
 import { exampleEvent } from './event-catalog.ts'
 import type { EventType } from '../messages/event-types.ts'
@@ -241,13 +242,13 @@ export async function recoverDeliveries(deps: Pick<DeliveryOperationDeps, 'db' |
  */
 export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: string, hookId: string): Promise<Static<typeof TestResultSchema>> {
   const hook = await getHook(deps.db, accountId, hookId)
-  const secrets = await signingSecrets(deps.secretBox, hook)
+  const keys = await signingKeys(deps.secretBox, hook)
   const event = exampleEvent(accountId, hook.event as EventType)
   const deliveryId = newId('dlv')
   const url = hook.targetCredentialsCiphertext ? await deps.secretBox.open(hook.targetCredentialsCiphertext) : hook.targetUrl
   // A broker's connection for this one attempt, closed after it: tests are rare, and the worker's pool is in another thread.
   const destinations = createDestinations(deps.send)
-  const send = (headers: Record<string, string>) => destinations.send({ url, id: event.id, eventType: event.type, body: event.payload, secrets, headers })
+  const send = (headers: Record<string, string>) => destinations.send({ url, id: event.id, eventType: event.type, body: event.payload, keys, headers })
   const { result, trace } = await (deps.tracing
     ? traceAttempt(deps.tracing, context.active(), { hookId: hook.id, eventId: event.id, deliveryId, attempt: 1, url: hook.targetUrl }, send)
     : send({}).then((result) => ({ result, trace: undefined }))
@@ -283,11 +284,12 @@ export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: stri
   return { delivery_id: deliveryId, status_code: result.status, duration_ms: Math.round(result.durationMs), error: result.error }
 }
 
-/** The secrets an attempt is signed with: the current one, and the one a rotation replaced while it is honoured. */
-async function signingSecrets(box: SecretBox, hook: Hook): Promise<string[]> {
-  const secrets = [await box.open(hook.secretCiphertext)]
-  if (hook.previousSecretCiphertext && hook.previousSecretExpiresAt && hook.previousSecretExpiresAt.getTime() > Date.now()) {
-    secrets.push(await box.open(hook.previousSecretCiphertext))
+/** The keys an attempt is signed with: the current one, and the one a rotation replaced while it is honoured. */
+async function signingKeys(box: SecretBox, hook: Hook): Promise<SigningKeys> {
+  const honoured = hook.previousSecretCiphertext && hook.previousSecretExpiresAt && hook.previousSecretExpiresAt.getTime() > Date.now()
+  return {
+    scheme: hook.signatureScheme as SignatureScheme,
+    current: await box.open(hook.secretCiphertext),
+    previous: honoured ? await box.open(hook.previousSecretCiphertext!) : null,
   }
-  return secrets
 }

@@ -38,7 +38,7 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         const accountId = ownAccount(caller, params.account_id)
         return answerIdempotently(deps, { request, set }, { accountId, request: `hooks ${JSON.stringify(body)}` }, async () => {
           const { hook, secret } = await createHook(deps, accountId, body)
-          return { status: 201, body: { ...toHookResource(hook), secret } }
+          return { status: 201, body: { ...toHookResource(hook), ...(secret === null ? {} : { secret }) } }
         })
       },
       {
@@ -47,7 +47,7 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         body: CreateHookBody,
         headers: IdempotencyKeyHeader,
         response: { 201: CreatedHookSchema, 409: ProblemSchema },
-        detail: { operationId: 'createHook', summary: 'Subscribe an HTTPS address to an event (accepts Idempotency-Key)' },
+        detail: { operationId: 'createHook', summary: 'Subscribe an HTTPS address to an event, signed with HMAC or Ed25519 (accepts Idempotency-Key)' },
       },
     )
     .get(
@@ -177,7 +177,8 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         // A retried rotation must not lose the secret the first one showed: replay it.
         return answerIdempotently(deps, { request, set }, { accountId, request: `hooks/${params.hook_id}/secret/rotate` }, async () => {
           const { hook, secret } = await rotateHookSecret(deps, accountId, params.hook_id)
-          return { status: 200, body: { ...toHookResource(hook), secret, previous_secret_expires_at: hook.previousSecretExpiresAt!.toISOString() } }
+          const shown = secret === null ? {} : { secret, previous_secret_expires_at: hook.previousSecretExpiresAt!.toISOString() }
+          return { status: 200, body: { ...toHookResource(hook), ...shown } }
         })
       },
       {
@@ -186,7 +187,7 @@ export function hookRoutes(deps: HookDeps & DeliveryOperationDeps & AuthPluginDe
         headers: IdempotencyKeyHeader,
         response: { 200: RotatedHookSchema, 409: ProblemSchema },
         detail: {
-          operationId: 'rotateHookSecret', summary: 'Replace the signing secret; the old one also signs for 24 h (accepts Idempotency-Key)',
+          operationId: 'rotateHookSecret', summary: 'Replace the signing secret (or ed25519 key pair); the old one also signs for 24 h (accepts Idempotency-Key)',
         },
       },
     )

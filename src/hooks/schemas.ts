@@ -4,6 +4,7 @@ import { AccountParams, HookParams } from '../lib/http/params.ts'
 import { ApiKeyParam, PageParams } from '../lib/http/pagination.ts'
 import { PhoneNumber } from '../messages/schemas.ts'
 import { EVENT_TYPES } from '../messages/event-types.ts'
+import { SIGNATURE_SCHEMES } from '../delivery/signing.ts'
 
 export const CircuitSchema = t.Object(
   {
@@ -54,6 +55,16 @@ export const HookSchema = t.Object(
     rate_limit_per_s: t.Union([Type.Integer(), t.Null()], { description: 'At most this many delivery attempts start in each second; null: no limit.' }),
     circuit: CircuitSchema,
     filter: t.Union([HookFilterSchema, t.Null()], { description: 'Only events of these contacts are delivered; null: every event of its type.' }),
+    signature: t.UnionEnum(SIGNATURE_SCHEMES, {
+      description: 'How deliveries are signed (docs/webhooks.md#signatures): `hmac` with a shared whsec_ secret (v1), or `ed25519` with a key pair whose public key is `public_key` (v1a).',
+    }),
+    public_key: t.Union([t.String({ examples: ['whpk_9tR8mbnK0Sf3lYx3hGxw6lpbrjAlZyJH3IvZhm0Bq+A='] }), t.Null()], {
+      description: 'ed25519: the Standard Webhooks public key (whpk_ and the base64 of 32 bytes) that verifies v1a signatures; readable at any time. Null for hmac.',
+    }),
+    previous_public_key: t.Union([t.String(), t.Null()], {
+      description: 'ed25519, for 24 h after a rotation: the public key of the replaced key, which still signs deliveries until `previous_public_key_expires_at`. Null otherwise.',
+    }),
+    previous_public_key_expires_at: t.Union([t.String({ format: 'date-time' }), t.Null()], { description: 'When `previous_public_key` stops signing; null when there is none.' }),
     created_at: t.String({ format: 'date-time' }),
   },
   { title: 'Hook' },
@@ -63,7 +74,7 @@ export const CreatedHookSchema = t.Composite(
   [
     HookSchema,
     t.Object({
-      secret: t.String({ description: 'The Standard Webhooks signing secret (whsec_…). Shown once: store it now.' }),
+      secret: t.Optional(t.String({ description: 'hmac only: the Standard Webhooks signing secret (whsec_…). Shown once: store it now. An ed25519 subscription has none: verify with `public_key`.' })),
     }),
   ],
   { title: 'CreatedHook' },
@@ -72,11 +83,13 @@ export const CreatedHookSchema = t.Composite(
 export const RotatedHookSchema = t.Composite([
   HookSchema,
   t.Object({
-    secret: t.String({ description: 'The new signing secret (whsec_…), now the current one. Shown once: store it now.' }),
-    previous_secret_expires_at: t.String({
-      format: 'date-time',
-      description: 'Until then deliveries are also signed with the secret this one replaced (24 h after the rotation).',
-    }),
+    secret: t.Optional(t.String({ description: 'hmac only: the new signing secret (whsec_…), now the current one. Shown once: store it now. An ed25519 rotation answers its new key in `public_key`.' })),
+    previous_secret_expires_at: t.Optional(
+      t.String({
+        format: 'date-time',
+        description: 'hmac only: until then deliveries are also signed with the secret this one replaced (24 h after the rotation). ed25519: see `previous_public_key_expires_at`.',
+      }),
+    ),
   }),
 ], { title: 'RotatedHook' })
 
@@ -97,7 +110,14 @@ export const CreateHookBody = t.Object(
     secret: t.Optional(
       t.String({
         maxLength: 100,
-        description: 'A Standard Webhooks secret of your own (whsec_ and the base64 of 24 to 64 bytes), so one receiver can verify several subscriptions with one secret. Default: a new one.',
+        description: 'hmac only: a Standard Webhooks secret of your own (whsec_ and the base64 of 24 to 64 bytes), so one receiver can verify several subscriptions with one secret. Default: a new one.',
+      }),
+    ),
+    // Not t.UnionEnum: it carries a default, which would fill in a missing signature.
+    signature: t.Optional(
+      t.Union(SIGNATURE_SCHEMES.map((scheme) => t.Literal(scheme)), {
+        description:
+          '`hmac` (the default): signed with a shared whsec_ secret (v1). `ed25519`: the service makes a key pair, keeps the private key and answers the public key (`public_key`, readable at any time); deliveries carry v1a signatures. See docs/webhooks.md#signatures.',
       }),
     ),
     rate_limit_per_s: t.Optional(RateLimit),

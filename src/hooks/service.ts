@@ -13,6 +13,7 @@ import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
 import { InvalidDestination, carriesCredentials, kindOfScheme, parseDestination, redactedTarget, type Destination } from '../delivery/destinations/targets.ts'
 import { EVENT_TYPES, FILTER_KEYS, type EventType, type FilterKey } from '../messages/event-types.ts'
+import { newEd25519KeyPair, type SignatureScheme } from '../delivery/signing.ts'
 import type { HookFilterSchema, HookSchema } from './schemas.ts'
 
 export type Hook = typeof hooks.$inferSelect
@@ -45,7 +46,19 @@ export function toHookResource(hook: Hook): HookResource {
       next_probe_at: hook.circuitProbeAt?.toISOString() ?? null,
     },
     filter: filterOf(hook.event as EventType, hook.filterContacts),
+    ...publicKeysOf(hook),
     created_at: hook.createdAt.toISOString(),
+  }
+}
+
+/** docs/webhooks.md#signatures: the public keys that verify an ed25519 subscription's deliveries now. */
+function publicKeysOf(hook: Hook): Pick<HookResource, 'signature' | 'public_key' | 'previous_public_key' | 'previous_public_key_expires_at'> {
+  const previousExpiresAt = hook.previousPublicKey && hook.previousSecretExpiresAt && hook.previousSecretExpiresAt.getTime() > Date.now() ? hook.previousSecretExpiresAt : null
+  return {
+    signature: hook.signatureScheme as SignatureScheme,
+    public_key: hook.publicKey,
+    previous_public_key: previousExpiresAt && hook.previousPublicKey,
+    previous_public_key_expires_at: previousExpiresAt?.toISOString() ?? null,
   }
 }
 
@@ -137,6 +150,16 @@ const sealedCredentials = async (box: SecretBox, target: CheckedTarget) => ({
 const newSigningSecret = () => `whsec_${randomBytes(32).toString('base64')}`
 const SECRET_FORMAT = /^whsec_([A-Za-z0-9+/]+={0,2})$/
 
+/**
+ * What a subscription signs with (docs/webhooks.md#signatures): for hmac a whsec_ secret (the
+ * owner's, or a new one), for ed25519 a new key pair whose whsk_ private key never leaves the service.
+ */
+async function newSigningKey(scheme: SignatureScheme, ownSecret?: string): Promise<{ signing: string; publicKey: string | null }> {
+  if (scheme === 'hmac') return { signing: ownSecret ?? newSigningSecret(), publicKey: null }
+  const pair = await newEd25519KeyPair()
+  return { signing: pair.privateKey, publicKey: pair.publicKey }
+}
+
 /** A secret the owner brings: `whsec_` and the canonical base64 of 24 to 64 bytes. */
 export function checkSigningSecret(raw: string): string {
   const body = SECRET_FORMAT.exec(raw)?.[1]
@@ -168,13 +191,17 @@ const hooksLimitReached = (limit: number, agents: number) =>
 export async function createHook(
   deps: HookDeps,
   accountId: string,
-  input: { event: EventType; target_url: string; secret?: string; rate_limit_per_s?: number; filter?: HookFilter },
-): Promise<{ hook: Hook; secret: string }> {
+  input: { event: EventType; target_url: string; secret?: string; signature?: SignatureScheme; rate_limit_per_s?: number; filter?: HookFilter },
+): Promise<{ hook: Hook; secret: string | null }> {
   const target = await sealedCredentials(deps.secretBox, checkTargetUrl(input.target_url, deps))
   const targetUrl = target.targetUrl
   const filterContacts = filterContactsOf(input.event, input.filter ?? null)
-  const secret = input.secret === undefined ? newSigningSecret() : checkSigningSecret(input.secret)
-  const secretCiphertext = await deps.secretBox.seal(secret)
+  const signatureScheme = input.signature ?? 'hmac'
+  if (signatureScheme === 'ed25519' && input.secret !== undefined) {
+    throw validationFailed([{ path: '/secret', message: 'an ed25519 subscription takes no secret: the service makes its key pair and answers the public key' }])
+  }
+  const key = await newSigningKey(signatureScheme, input.secret === undefined ? undefined : checkSigningSecret(input.secret))
+  const secretCiphertext = await deps.secretBox.seal(key.signing)
   try {
     const hook = await deps.db.transaction(async (tx) => {
       await tx.select({ id: accounts.id }).from(accounts).where(eq(accounts.id, accountId)).for('no key update')
@@ -183,11 +210,21 @@ export async function createHook(
       if (held!.n >= deps.hooksPerAccount) throw hooksLimitReached(deps.hooksPerAccount, held!.agents)
       const [inserted] = await tx
         .insert(hooks)
-        .values({ id: newId('hook'), accountId, event: input.event, ...target, secretCiphertext, rateLimitPerS: input.rate_limit_per_s ?? null, filterContacts })
+        .values({
+          id: newId('hook'),
+          accountId,
+          event: input.event,
+          ...target,
+          signatureScheme,
+          secretCiphertext,
+          publicKey: key.publicKey,
+          rateLimitPerS: input.rate_limit_per_s ?? null,
+          filterContacts,
+        })
         .returning()
       return inserted!
     })
-    return { hook, secret }
+    return { hook, secret: key.publicKey === null ? key.signing : null }
   } catch (error) {
     if (isUniqueViolation(error)) {
       throw new ApiError(409, 'conflict', `This account already has a ${input.event} subscription for ${targetUrl}.`)
@@ -252,26 +289,30 @@ export async function deleteSubscriptionRows(db: Database, where: SQL): Promise<
 export const PREVIOUS_SECRET_HOURS = 24
 
 /**
- * A new signing secret becomes the current one; the one it replaces stays valid (deliveries are
- * signed with both) for 24 h. Only two secrets exist at a time: rotating again within the 24 h
- * drops the older previous secret and keeps the then-current one as the previous. One UPDATE,
- * so concurrent rotations cannot lose a secret between reading and writing it.
+ * A new signing secret (hmac) or key pair (ed25519) becomes the current one; the one it replaces
+ * stays valid (deliveries are signed with both) for 24 h. Only two exist at a time: rotating
+ * again within the 24 h drops the older previous one and keeps the then-current one as the
+ * previous. One UPDATE, so concurrent rotations cannot lose a key between reading and writing
+ * it; the scheme, read first, never changes. Answers the new secret for hmac, null for ed25519
+ * (its new public key is on the subscription).
  */
-export async function rotateHookSecret(deps: Pick<HookDeps, 'db' | 'secretBox'>, accountId: string, hookId: string): Promise<{ hook: Hook; secret: string }> {
-  if (!isId('hook', hookId)) throw noSuchHook(hookId)
-  const secret = newSigningSecret()
+export async function rotateHookSecret(deps: Pick<HookDeps, 'db' | 'secretBox'>, accountId: string, hookId: string): Promise<{ hook: Hook; secret: string | null }> {
+  const { signatureScheme } = await getHook(deps.db, accountId, hookId)
+  const key = await newSigningKey(signatureScheme as SignatureScheme)
   const [hook] = await deps.db
     .update(hooks)
     .set({
-      secretCiphertext: await deps.secretBox.seal(secret),
+      secretCiphertext: await deps.secretBox.seal(key.signing),
+      publicKey: key.publicKey,
       // In an UPDATE, a column on the right-hand side is the row's value before the update.
       previousSecretCiphertext: sql`${hooks.secretCiphertext}`,
+      previousPublicKey: sql`${hooks.publicKey}`,
       previousSecretExpiresAt: sql`now() + make_interval(hours => ${PREVIOUS_SECRET_HOURS})`,
     })
     .where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId)))
     .returning()
   if (!hook) throw noSuchHook(hookId)
-  return { hook, secret }
+  return { hook, secret: key.publicKey === null ? key.signing : null }
 }
 
 /**

@@ -128,7 +128,7 @@ export async function sweepEventSubscriptions(deps: EventSubscriptionSweepDeps):
     ended.map((row) => deps.envelopes(async () => {
       const secret = await deps.secretBox.open(row.secret_ciphertext)
       const result = await sendWebhook(
-        { url: row.target_url, id: controlMessageId('terminated'), body: terminatedBody(row.disabled_reason ?? 'Ended'), secrets: [secret], headers: { [SUBSCRIPTION_ID_HEADER]: row.id } },
+        { url: row.target_url, id: controlMessageId('terminated'), body: terminatedBody(row.disabled_reason ?? 'Ended'), keys: { scheme: 'hmac', current: secret }, headers: { [SUBSCRIPTION_ID_HEADER]: row.id } },
         send,
       )
       deps.logger.info('event subscription terminated', { subscription_id: row.id, reason: row.disabled_reason, status_code: result.status, error: result.error })

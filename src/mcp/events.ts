@@ -314,7 +314,7 @@ async function verifyCallback(deps: ToolDeps, input: { accountId: string; grantI
   const challenge = newSecret('')
   const send = { ...deps.send, timeoutMs: Math.min(deps.send.timeoutMs, CONTROL_MESSAGE_TIMEOUT_MS) }
   const result = await sendWebhook(
-    { url: input.url, id: controlMessageId('verification'), body: verificationBody(challenge), secrets: [input.secret], headers: { [SUBSCRIPTION_ID_HEADER]: input.id } },
+    { url: input.url, id: controlMessageId('verification'), body: verificationBody(challenge), keys: { scheme: 'hmac', current: input.secret }, headers: { [SUBSCRIPTION_ID_HEADER]: input.id } },
     send,
   )
   if (result.ok && answersChallenge(result.responseSnippet, challenge)) {

@@ -109,7 +109,7 @@ export const TOOLS = [
   define({
     name: 'get_webhook',
     title: 'Read one webhook subscription',
-    description: 'Reads one webhook subscription by id: event type, target URL, status and, when disabled, why. The signing secret is never shown again after creation.',
+    description: 'Reads one webhook subscription by id: event type, target URL, status and, when disabled, why; its signature scheme and, for ed25519, the public key (whpk_…) that verifies deliveries. The hmac signing secret is never shown again after creation.',
     scope: 'hooks:read',
     input: HookIdInput,
     output: HookSchema,
@@ -119,14 +119,14 @@ export const TOOLS = [
   define({
     name: 'create_webhook',
     title: 'Subscribe a URL to an event',
-    description: `Subscribes an HTTPS URL, a RabbitMQ exchange (amqps://user:password@host/vhost?exchange=NAME&routing_key=KEY) or a NATS JetStream subject (tls://user:password@host?subject=SUBJECT) to one event type (${EVENT_TYPES.join(', ')}; see list_event_types). Every such event is then POSTed to the URL, or published to the broker (confirmed by it), signed (Standard Webhooks). A broker's password is stored sealed and shown as ***. An optional filter narrows it to some contacts: {"to": [numbers]} for message.delivered and message.failed (the recipient), {"from": [numbers]} for message.inbound (the sender); 1-10 distinct E.164 numbers such as +14155550123. The answer includes the signing secret (whsec_…), shown only this once: give it to the user to verify deliveries. Fails if the URL is not https (or amqps/tls), points at a private address, or the same event and URL are already subscribed.`,
+    description: `Subscribes an HTTPS URL, a RabbitMQ exchange (amqps://user:password@host/vhost?exchange=NAME&routing_key=KEY) or a NATS JetStream subject (tls://user:password@host?subject=SUBJECT) to one event type (${EVENT_TYPES.join(', ')}; see list_event_types). Every such event is then POSTed to the URL, or published to the broker (confirmed by it), signed (Standard Webhooks). A broker's password is stored sealed and shown as ***. An optional filter narrows it to some contacts: {"to": [numbers]} for message.delivered and message.failed (the recipient), {"from": [numbers]} for message.inbound (the sender); 1-10 distinct E.164 numbers such as +14155550123. By default deliveries are signed with a shared secret: the answer includes it (whsec_…), shown only this once; give it to the user to verify deliveries. With signature "ed25519" the service keeps a private key instead and the answer has no secret but public_key (whpk_…), readable later with get_webhook: give that to the user. Fails if the URL is not https (or amqps/tls), points at a private address, or the same event and URL are already subscribed.`,
     scope: 'hooks:write',
     input: CreateHookBody,
     output: CreatedHookSchema,
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
     run: async (deps, caller, input) => {
       const { hook, secret } = await createHook(deps, caller.accountId, input as Static<typeof CreateHookBody>)
-      return { ...toHookResource(hook), secret }
+      return { ...toHookResource(hook), ...(secret === null ? {} : { secret }) }
     },
   }),
   define({

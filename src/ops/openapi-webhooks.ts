@@ -8,8 +8,8 @@ type Webhooks = NonNullable<Documentation31['webhooks']>
 type Parameter = Exclude<NonNullable<NonNullable<Extract<Webhooks[string], { post?: unknown }>['post']>['parameters']>[number], { $ref: string }>
 type Schemas = NonNullable<NonNullable<Documentation31['components']>['schemas']>
 
-// The Standard Webhooks headers of every delivery (src/delivery/send.ts; docs/webhooks.md "Verifying a delivery").
-const SIGNATURE = 'v1,[A-Za-z0-9+/]+={0,2}'
+// The Standard Webhooks headers of every delivery (src/delivery/send.ts, src/delivery/signing.ts; docs/webhooks.md "Signatures").
+const SIGNATURE = 'v1a?,[A-Za-z0-9+/]+={0,2}'
 const WEBHOOK_HEADERS: Parameter[] = [
   {
     name: 'webhook-id',
@@ -30,7 +30,7 @@ const WEBHOOK_HEADERS: Parameter[] = [
     in: 'header',
     required: true,
     description:
-      '`v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{raw body}">` keyed with the subscription\'s secret (the bytes after `whsec_`, base64-decoded). Several, space-separated, for 24 hours after a secret rotation: accept the delivery when any one matches. Verify the raw body bytes, before parsing the JSON.',
+      '`v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{raw body}">` keyed with the subscription\'s secret (the bytes after `whsec_`, base64-decoded); for a subscription created with `signature: "ed25519"`, `v1a,<base64 Ed25519 signature of the same>`, verified with its `public_key` (the 32 bytes after `whpk_`, base64-decoded). Several, space-separated, for 24 hours after a rotation: accept the delivery when any one matches. Verify the raw body bytes, before parsing the JSON.',
     schema: { type: 'string', pattern: `^${SIGNATURE}( ${SIGNATURE})*$` },
   },
 ]

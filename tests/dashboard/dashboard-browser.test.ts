@@ -189,6 +189,48 @@ test.if(runs)('a filter: typed as numbers on create, shown on the page, changed 
   expect((await server.fetch(`/v0/account/${fixture.accountId}/hooks/${hookId}?key=${fixture.apiKey}`, { method: 'DELETE' })).status).toBe(204)
 })
 
+test.if(runs)('an Ed25519 webhook: chosen on create, its public key shown and copyable on its page with how to verify, rotated to a new key', async () => {
+  await page.getByRole('link', { name: 'Webhooks', exact: true }).first().click()
+  await page.getByRole('link', { name: 'New webhook' }).click()
+  await page.selectOption('#event', 'message.delivered')
+  await page.fill('#target_url', `${receiver.origin}/ed25519`)
+  // The own-secret field is for HMAC only: it goes while Ed25519 is chosen.
+  expect(await page.getByText('Use a signing secret of your own (optional)').count()).toBe(1)
+  await page.getByRole('radio', { name: /Ed25519/ }).check()
+  expect(await page.getByText('Use a signing secret of your own (optional)').count()).toBe(0)
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
+  await page.getByRole('button', { name: 'Create webhook' }).click()
+  await page.getByRole('heading', { level: 1, name: 'Webhook created' }).waitFor()
+  expect(await page.locator('#secret-value').count()).toBe(0)
+  const publicKey = await page.textContent('#public-key')
+  expect(publicKey).toMatch(/^whpk_[A-Za-z0-9+/]{43}=$/)
+
+  await page.getByRole('link', { name: 'Open the webhook' }).click()
+  await page.getByRole('heading', { level: 2, name: 'Verifying deliveries' }).waitFor()
+  expect(await page.textContent('#signature-fact')).toContain('Ed25519')
+  expect(await page.textContent('#public-key')).toBe(publicKey)
+  expect(await page.getByRole('link', { name: 'API reference' }).getAttribute('href')).toBe('/v0/docs')
+  await page.getByRole('button', { name: 'Copy public key' }).click()
+  await page.getByText('Copied.').waitFor()
+  expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(publicKey!)
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
+  await screenshot(page, 'webhook-ed25519')
+
+  await page.getByRole('button', { name: 'Rotate key' }).click()
+  await page.waitForFunction(() => document.activeElement?.textContent === 'Cancel')
+  await page.getByRole('button', { name: 'Rotate', exact: true }).click()
+  await page.locator('#previous-public-key').waitFor()
+  expect(await page.textContent('#previous-public-key')).toBe(publicKey)
+  expect(await page.textContent('#public-key')).not.toBe(publicKey)
+  expect(await page.getByText('New key pair made').count()).toBe(1)
+  const hookId = new URL(page.url()).hash.split('/').pop()!
+  const hook = (await (await server.fetch(`/v0/account/${fixture.accountId}/hooks/${hookId}?key=${fixture.apiKey}`)).json()) as { public_key: string; previous_public_key: string }
+  expect([hook.public_key, hook.previous_public_key]).toEqual([(await page.textContent('#public-key'))!, publicKey!])
+  expect(await seriousAccessibilityViolations(page)).toEqual([])
+  // The tests after this one count the webhooks they made.
+  expect((await server.fetch(`/v0/account/${fixture.accountId}/hooks/${hookId}?key=${fixture.apiKey}`, { method: 'DELETE' })).status).toBe(204)
+})
+
 test.if(runs)('edit, pause and resume a webhook, rotate its secret, then delete it after confirming', async () => {
   await page.goto('about:blank')
   await page.goto(`${server.origin}/dashboard${okHookPath}`)

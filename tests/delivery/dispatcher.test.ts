@@ -13,6 +13,7 @@ const delivery = (id: number, hookId = 'hook_1'): ClaimedDelivery => ({
   eventType: 'message.delivered',
   targetUrl: 'https://example.com/',
   targetCredentialsCiphertext: null,
+  signatureScheme: 'hmac',
   secretCiphertext: 'sealed',
   previousSecretCiphertext: null,
   suspect: false,

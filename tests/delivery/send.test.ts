@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import type { Server } from 'bun'
 import { Webhook } from 'standardwebhooks'
 import { parseRetryAfter, sendWebhook } from '../../src/delivery/send.ts'
+import { newEd25519KeyPair } from '../../src/delivery/signing.ts'
 import { makeCertificates } from '../../fixtures/tls.ts'
 
 interface Hit {
@@ -60,7 +61,13 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-const event = (url: string, secrets = [secret()]) => ({ url, id: 'evt_01JTEST', body: JSON.stringify({ id: 'evt_01JTEST', type: 'message.delivered' }), secrets })
+const event = (url: string, secrets = [secret()]) => ({
+  url,
+  id: 'evt_01JTEST',
+  body: JSON.stringify({ id: 'evt_01JTEST', type: 'message.delivered' }),
+  keys: { scheme: 'hmac' as const, current: secrets[0]!, previous: secrets[1] },
+  secrets,
+})
 
 test('a delivery carries the Standard Webhooks headers and its signature verifies', async () => {
   hits = []
@@ -87,6 +94,26 @@ test('during secret rotation the attempt is signed with every secret, and each v
   expect(hit!.headers['webhook-signature']!.split(' ')).toHaveLength(2)
   for (const each of request.secrets) expect(() => new Webhook(each).verify(hit!.body, hit!.headers)).not.toThrow()
   expect(() => new Webhook(secret()).verify(hit!.body, hit!.headers)).toThrow()
+})
+
+test('an ed25519 subscription\'s attempt carries one v1a signature of id.timestamp.body, which its public key verifies', async () => {
+  hits = []
+  const pair = await newEd25519KeyPair()
+  const request = { ...event(at('/hook')), keys: { scheme: 'ed25519' as const, current: pair.privateKey } }
+  expect((await sendWebhook(request, options())).ok).toBe(true)
+  const [hit] = hitsOn('/hook')
+  const [version, signature, ...more] = hit!.headers['webhook-signature']!.split(/[ ,]/)
+  expect([version, more]).toEqual(['v1a', []])
+  const key = await crypto.subtle.importKey('raw', Buffer.from(pair.publicKey.slice('whpk_'.length), 'base64'), 'Ed25519', false, ['verify'])
+  const signed = new TextEncoder().encode(`${hit!.headers['webhook-id']}.${hit!.headers['webhook-timestamp']}.${hit!.body}`)
+  expect(await crypto.subtle.verify('Ed25519', key, Buffer.from(signature!, 'base64'), signed)).toBe(true)
+})
+
+test('an attempt whose key cannot sign fails before anything is sent', async () => {
+  hits = []
+  const request = { ...event(at('/hook')), keys: { scheme: 'ed25519' as const, current: secret() } }
+  expect(await sendWebhook(request, options())).toMatchObject({ ok: false, status: null, error: 'the attempt could not be signed', failure: 'other' })
+  expect(hitsOn('/hook')).toEqual([])
 })
 
 test('a name is connected to by its checked address, and TLS verifies the name', async () => {

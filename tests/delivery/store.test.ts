@@ -78,7 +78,7 @@ async function deliverOnce(claimedFor: string) {
   const claimed = (await claimRows(db, { limit: 100, leaseMs: 30_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).filter((item) => item.hookId === claimedFor)
   for (const item of claimed) {
     const secret = await server.instance.secretBox.open(item.secretCiphertext)
-    const result = await sendWebhook({ url: item.targetUrl, id: item.eventId, body: item.payload, secrets: [secret] }, { timeoutMs: 2_000, allowPrivate: true, ca: tls.ca })
+    const result = await sendWebhook({ url: item.targetUrl, id: item.eventId, body: item.payload, keys: { scheme: item.signatureScheme, current: secret } }, { timeoutMs: 2_000, allowPrivate: true, ca: tls.ca })
     await recordDeliveryAttempts(db, [{ deliveryId: item.id, hookId: item.hookId, accountId: item.accountId, result, decision: decideAfterAttempt(result, item.attempts + 1, schedule) }])
   }
   return claimed

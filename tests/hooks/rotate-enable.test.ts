@@ -235,7 +235,10 @@ describe('OpenAPI document', () => {
     expect(rotatePath.summary).toBeString()
     expect(rotatePath.responses['200'].content['application/json'].schema).toEqual({ $ref: '#/components/schemas/RotatedHook' })
     const rotatedSchema = document.components.schemas.RotatedHook
-    expect(rotatedSchema.required).toEqual(expect.arrayContaining(['id', 'status', 'secret', 'previous_secret_expires_at']))
+    expect(rotatedSchema.required).toEqual(expect.arrayContaining(['id', 'status', 'signature', 'public_key', 'previous_public_key', 'previous_public_key_expires_at']))
+    // Only an hmac rotation answers a secret; an ed25519 one answers its new public key (docs/webhooks.md#signatures).
+    expect(rotatedSchema.required).not.toContain('secret')
+    expect(Object.keys(rotatedSchema.properties)).toEqual(expect.arrayContaining(['secret', 'previous_secret_expires_at']))
     const enablePath = document.paths['/v0/account/{account_id}/hooks/{hook_id}/enable'].post
     expect(enablePath.security).toEqual([{ apiKey: [] }, { oauth2: ['hooks:write'] }])
     expect(enablePath.responses['200']).toBeDefined()

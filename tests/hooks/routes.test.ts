@@ -19,7 +19,7 @@ describe('subscriptions', () => {
     expect([hook.account_id, hook.event, hook.target_url, hook.status]).toEqual([alice.accountId, 'message.delivered', 'https://hooks.example.com/delivered', 'active'])
     expect(hook.secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/)
     const read = await (await server.fetch(hooksPath(alice.accountId, alice.secret, `/${hook.id}`))).json()
-    expect(read).toEqual({ id: hook.id, account_id: alice.accountId, event: 'message.delivered', target_url: 'https://hooks.example.com/delivered', status: 'active', rate_limit_per_s: null, filter: null, circuit: { state: 'closed', consecutive_failures: 0, opened_at: null, next_probe_at: null }, created_at: hook.created_at })
+    expect(read).toEqual({ id: hook.id, account_id: alice.accountId, event: 'message.delivered', target_url: 'https://hooks.example.com/delivered', status: 'active', rate_limit_per_s: null, filter: null, circuit: { state: 'closed', consecutive_failures: 0, opened_at: null, next_probe_at: null }, signature: 'hmac', public_key: null, previous_public_key: null, previous_public_key_expires_at: null, created_at: hook.created_at })
     const listed = await (await server.fetch(hooksPath(alice.accountId, alice.secret))).json()
     expect(JSON.stringify(listed)).not.toContain(hook.secret)
   })

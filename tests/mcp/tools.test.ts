@@ -414,6 +414,33 @@ describe('filter', () => {
   })
 })
 
+describe('signature', () => {
+  test('create_webhook with signature "ed25519" answers a public key and no secret; get_webhook reads the key; deliveries carry v1a signatures it verifies', async () => {
+    const hook = await agent.ok('create_webhook', { event: 'message.inbound', target_url: `${receiver.origin}/mcp-ed25519`, signature: 'ed25519' })
+    expect(hook.secret).toBeUndefined()
+    expect([hook.signature, hook.public_key]).toEqual(['ed25519', expect.stringMatching(/^whpk_/)])
+    expect(Value.Check(toolNamed('create_webhook').output, hook)).toBe(true)
+    const read = await agent.ok('get_webhook', { hook_id: hook.id })
+    expect(read.public_key).toBe(hook.public_key)
+
+    const messageId = await inbound(alice, 'signed with ed25519')
+    await receiver.waitFor(() => arrivedFor(messageId, '/mcp-ed25519').length === 1)
+    const [request] = arrivedFor(messageId, '/mcp-ed25519')
+    const [version, signature] = request!.headers['webhook-signature']!.split(',')
+    expect(version).toBe('v1a')
+    const key = await crypto.subtle.importKey('raw', Buffer.from(read.public_key.slice('whpk_'.length), 'base64'), 'Ed25519', false, ['verify'])
+    const signed = new TextEncoder().encode(`${request!.headers['webhook-id']}.${request!.headers['webhook-timestamp']}.${request!.body}`)
+    expect(await crypto.subtle.verify('Ed25519', key, Buffer.from(signature!, 'base64'), signed)).toBe(true)
+  })
+
+  test('an unknown signature, or a secret with ed25519, is a 422 tool error naming the field', async () => {
+    const target = { event: 'message.inbound', target_url: `${receiver.origin}/mcp-bad-signature` }
+    expect((await agent.fails('create_webhook', { ...target, signature: 'rsa' })).errors!.map((error) => error.path)).toContain('/signature')
+    const secret = `whsec_${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64')}`
+    expect((await agent.fails('create_webhook', { ...target, signature: 'ed25519', secret })).errors).toEqual([{ path: '/secret', message: expect.stringContaining('ed25519') }])
+  })
+})
+
 describe("another account's resources", () => {
   test("its hook id for update_webhook and test_webhook, its delivery id for get_delivery and retry_delivery: 404 not_found, and nothing of it changes", async () => {
     const bob = await flowFixture(server)

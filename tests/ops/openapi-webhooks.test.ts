@@ -1,5 +1,6 @@
 import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { Webhook } from 'standardwebhooks'
+import { newEd25519KeyPair, signatureHeader } from '../../src/delivery/signing.ts'
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
 import { EVENT_TYPES } from '../../src/messages/event-types.ts'
 import { startTestServer } from '../support/server.ts'
@@ -74,7 +75,8 @@ describe('the OpenAPI document describes the webhooks the service sends', () => 
     }
   })
 
-  test('each post names the three Standard Webhooks headers and what an answer means', () => {
+  test('each post names the three Standard Webhooks headers and what an answer means', async () => {
+    const pair = await newEd25519KeyPair()
     const secret = `whsec_${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64')}`
     const other = `whsec_${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64')}`
     for (const type of EVENT_TYPES) {
@@ -96,6 +98,11 @@ describe('the OpenAPI document describes the webhooks the service sends', () => 
       expect(validates(signature, one)).toBe(true)
       expect(validates(signature, `${one} ${new Webhook(other).sign('evt_01jd3m9x2qk7r5v8w4y6z0tvwx', at, body)}`)).toBe(true)
       for (const wrong of ['', 'v1,', one.replace('v1,', 'v2,'), `${one} `, one.replace(',', ' ')]) expect(validates(signature, wrong)).toBe(false)
+      // And what an ed25519 subscription's deliveries carry (docs/webhooks.md#signatures).
+      const timestamp = Math.floor(at.getTime() / 1000)
+      const v1a = await signatureHeader({ scheme: 'ed25519', current: pair.privateKey, previous: pair.privateKey }, 'evt_01jd3m9x2qk7r5v8w4y6z0tvwx', timestamp, body)
+      expect(validates(signature, v1a)).toBe(true)
+      expect(validates(signature, v1a.replaceAll('v1a,', 'v1b,'))).toBe(false)
 
       expect(Object.keys(post.responses).sort()).toEqual(['2XX', 'default'])
       expect(post.responses['2XX'].description).toMatch(/^Delivered/)

@@ -51,7 +51,13 @@ export function createDestinations(options: SendOptions): Destinations {
       }
       if (destination.kind === 'https') return sendWebhook(request, options)
       const now = options.now?.() ?? new Date()
-      const message = { id: request.id, type: request.eventType, body: request.body, headers: { ...request.headers, ...standardWebhookHeaders(request, now) }, now }
+      let signed: Record<string, string>
+      try {
+        signed = await standardWebhookHeaders(request, Math.floor(now.getTime() / 1000))
+      } catch {
+        return { ok: false, status: null, durationMs: 0, error: 'the attempt could not be signed', failure: 'other', responseSnippet: '', retryAfterSeconds: null }
+      }
+      const message = { id: request.id, type: request.eventType, body: request.body, headers: { ...request.headers, ...signed }, now }
       if (destination.kind === 'rabbitmq') {
         rabbitmq ??= createRabbitMqPool(policy)
         return publishAttempt(rabbitmq, destination, message, options.timeoutMs)

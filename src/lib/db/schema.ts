@@ -264,10 +264,17 @@ export const hooks = pgTable(
     targetCredentialsCiphertext: text('target_credentials_ciphertext'),
     status: text('status').notNull().default('active'),
     disabledReason: text('disabled_reason'),
+    /** docs/webhooks.md#signatures: `hmac` (a shared whsec_ secret) or `ed25519` (a key pair); never changes. */
+    signatureScheme: text('signature_scheme').notNull().default('hmac'),
+    /** The signing key, sealed: a whsec_ secret, or the whsk_ private key of an ed25519 subscription. */
     secretCiphertext: text('secret_ciphertext').notNull(),
-    /** The secret a rotation replaced: deliveries are signed with both until it expires. */
+    /** The signing key a rotation replaced: deliveries are signed with both until it expires. */
     previousSecretCiphertext: text('previous_secret_ciphertext'),
     previousSecretExpiresAt: timestamp('previous_secret_expires_at', { withTimezone: true, mode: 'date' }),
+    /** An ed25519 subscription's whpk_ public key (public: stored as it is); null for hmac. */
+    publicKey: text('public_key'),
+    /** The public key of the private key in previous_secret_ciphertext, shown until it expires. */
+    previousPublicKey: text('previous_public_key'),
     /** Start of the current run of failed attempts; null after any success. Five days of it disable the hook. */
     failingSince: timestamp('failing_since', { withTimezone: true, mode: 'date' }),
     /** docs/webhooks.md#how-fast-we-send-concurrency-and-fairness: at most this many attempts start in each clock second, across every process; null: no limit. */

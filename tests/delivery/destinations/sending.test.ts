@@ -15,7 +15,7 @@ const destinationsWith = (options: SendOptions) => {
 }
 afterAll(() => Promise.all(opened.map((destinations) => destinations.close())))
 
-const request = (url: string): DestinationRequest => ({ url, id: `evt_${crypto.randomUUID()}`, eventType: 'message.delivered', body: '{"ok":true}', secrets: ['whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'] })
+const request = (url: string): DestinationRequest => ({ url, id: `evt_${crypto.randomUUID()}`, eventType: 'message.delivered', body: '{"ok":true}', keys: { scheme: 'hmac', current: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' } })
 const local: SendOptions = { timeoutMs: 1_000, allowPrivate: true }
 
 describe('the outbound guard, for brokers as for HTTPS', () => {

@@ -4,6 +4,7 @@ import { ErrorNotice, PageHeading, SecretOnce, useAction, useLoad } from '../com
 import { hrefOf } from '../navigation.ts'
 import { filterFor, filteredContacts } from '../filter.ts'
 import type { CreatedHook, EventType, Hook } from '../types.ts'
+import { PublicKey } from './webhook-signature.tsx'
 
 export function NewWebhookPage({ accountId }: { accountId: string }) {
   const eventTypes = useLoad(() => api<{ data: EventType[] }>('GET', '/event-types'), [])
@@ -14,18 +15,26 @@ export function NewWebhookPage({ accountId }: { accountId: string }) {
   // The filter's label follows the event chosen: its key is the recipient for outcomes, the sender for inbound messages.
   const [picked, setPicked] = useState<Hook['event'] | null>(null)
   const chosenEvent = picked ?? eventTypes.data?.data[0]?.type ?? 'message.delivered'
+  // An ed25519 webhook takes no secret of the owner's: the field goes while it is chosen.
+  const [scheme, setScheme] = useState<Hook['signature']>('hmac')
 
   const submit = (event: SubmitEvent) => {
     event.preventDefault()
     const form = new FormData(event.currentTarget as HTMLFormElement)
-    const secret = String(form.get('secret') ?? '').trim()
+    const secret = scheme === 'hmac' ? String(form.get('secret') ?? '').trim() : ''
     const type = String(form.get('event')) as Hook['event']
     const filter = filterFor(type, String(form.get('filter') ?? ''))
     void create.run(async () => {
       const hook = await api<CreatedHook>(
         'POST',
         `/account/${accountId}/hooks`,
-        { event: type, target_url: String(form.get('target_url') ?? '').trim(), ...(secret ? { secret } : {}), ...(filter ? { filter } : {}) },
+        {
+          event: type,
+          target_url: String(form.get('target_url') ?? '').trim(),
+          ...(scheme === 'ed25519' ? { signature: scheme } : {}),
+          ...(secret ? { secret } : {}),
+          ...(filter ? { filter } : {}),
+        },
         { 'idempotency-key': attemptKey },
       )
       setCreated(hook)
@@ -37,11 +46,24 @@ export function NewWebhookPage({ accountId }: { accountId: string }) {
     return (
       <>
         <PageHeading>Webhook created</PageHeading>
-        <SecretOnce title="Signing secret" secret={created.secret}>
-          <p>
-            Your server verifies each delivery's <code>webhook-signature</code> with it (Standard Webhooks).
-          </p>
-        </SecretOnce>
+        {created.secret ? (
+          <SecretOnce title="Signing secret" secret={created.secret}>
+            <p>
+              Your server verifies each delivery's <code>webhook-signature</code> with it (Standard Webhooks).
+            </p>
+          </SecretOnce>
+        ) : (
+          created.public_key && (
+            <section class="card" aria-labelledby="public-key-title">
+              <h2 id="public-key-title">Public key</h2>
+              <PublicKey id="public-key" label="Public key" value={created.public_key} />
+              <p>
+                Your server verifies each delivery's <code>webhook-signature</code> (<code>v1a</code>, Ed25519) with it. It is public and stays on
+                the webhook's page: the private key that signs never leaves the service.
+              </p>
+            </section>
+          )
+        )}
         <p>
           <a class="button primary" href={hrefOf({ page: 'webhook', hookId: created.id })}>
             Open the webhook
@@ -76,14 +98,30 @@ export function NewWebhookPage({ accountId }: { accountId: string }) {
         <p class="hint" id="filter-help">
           Up to 10 numbers in E.164 form, separated by commas or line breaks. Empty: every event of this type.
         </p>
-        <details>
-          <summary>Use a signing secret of your own (optional)</summary>
-          <label for="secret">Signing secret</label>
-          <input id="secret" name="secret" type="text" maxLength={100} placeholder="whsec_…" autoComplete="off" spellcheck={false} aria-describedby="secret-help" />
-          <p class="hint" id="secret-help">
-            Leave empty for a new one. A secret you already use lets one receiver verify several subscriptions.
-          </p>
-        </details>
+        <fieldset class="choices" aria-describedby="signature-help">
+          <legend>Signature</legend>
+          <label class="choice">
+            <input type="radio" name="signature" value="hmac" checked={scheme === 'hmac'} onChange={() => setScheme('hmac')} /> HMAC-SHA256: your server
+            verifies with a shared secret
+          </label>
+          <label class="choice">
+            <input type="radio" name="signature" value="ed25519" checked={scheme === 'ed25519'} onChange={() => setScheme('ed25519')} /> Ed25519: your server
+            verifies with a public key; only the service holds the key that signs
+          </label>
+        </fieldset>
+        <p class="hint" id="signature-help">
+          Both are Standard Webhooks signatures (<code>v1</code> and <code>v1a</code>) of the same headers and body.
+        </p>
+        {scheme === 'hmac' && (
+          <details>
+            <summary>Use a signing secret of your own (optional)</summary>
+            <label for="secret">Signing secret</label>
+            <input id="secret" name="secret" type="text" maxLength={100} placeholder="whsec_…" autoComplete="off" spellcheck={false} aria-describedby="secret-help" />
+            <p class="hint" id="secret-help">
+              Leave empty for a new one. A secret you already use lets one receiver verify several subscriptions.
+            </p>
+          </details>
+        )}
         <ErrorNotice error={create.error} action="Creating the webhook" />
         <div class="actions">
           <button type="submit" class="primary" disabled={create.busy}>

@@ -7,6 +7,7 @@ import { hrefOf, navigate } from '../navigation.ts'
 import { contactsOf, filterFor, filteredContacts } from '../filter.ts'
 import type { Delivery, DeliveryDetail, Hook, Page, RotatedHook, TestResult } from '../types.ts'
 import { WebhookHealth } from './webhook-health.tsx'
+import { SignatureSection, signatureName } from './webhook-signature.tsx'
 
 const DELIVERY_STATES = ['pending', 'succeeded', 'failed', 'canceled'] as const
 
@@ -208,7 +209,7 @@ function EditForm({ accountId, hook, onSaved }: { accountId: string; hook: Hook;
           Save
         </button>
       </div>
-      {saved && <Notice>Saved. The signing secret is unchanged.</Notice>}
+      {saved && <Notice>Saved. The signing {hook.signature === 'ed25519' ? 'key' : 'secret'} is unchanged.</Notice>}
       <ErrorNotice error={save.error} action="Saving" />
     </form>
   )
@@ -288,6 +289,8 @@ export function WebhookPage({ accountId, hookId, flash }: { accountId: string; h
         <dd>
           <CircuitState circuit={current.circuit} />
         </dd>
+        <dt>Signature</dt>
+        <dd id="signature-fact">{signatureName(current.signature)}</dd>
         <dt>Created</dt>
         <dd>
           <Time iso={current.created_at} />
@@ -318,8 +321,12 @@ export function WebhookPage({ accountId, hookId, flash }: { accountId: string; h
           </button>
         )}
         <ConfirmButton
-          label="Rotate secret"
-          question="Replace the signing secret? The old one keeps signing for 24 hours."
+          label={current.signature === 'ed25519' ? 'Rotate key' : 'Rotate secret'}
+          question={
+            current.signature === 'ed25519'
+              ? 'Replace the signing key pair? The old key keeps signing for 24 hours; give your server the new public key.'
+              : 'Replace the signing secret? The old one keeps signing for 24 hours.'
+          }
           confirmLabel="Rotate"
           busy={action.busy}
           onConfirm={rotate}
@@ -340,13 +347,20 @@ export function WebhookPage({ accountId, hookId, flash }: { accountId: string; h
           </p>
         </div>
       )}
-      {rotated && (
+      {rotated?.secret && rotated.previous_secret_expires_at && (
         <SecretOnce title="New signing secret" secret={rotated.secret}>
           <p>
             The previous secret also signs deliveries until <Time iso={rotated.previous_secret_expires_at} />.
           </p>
         </SecretOnce>
       )}
+      {rotated?.signature === 'ed25519' && rotated.previous_public_key_expires_at && (
+        <Notice>
+          New key pair made: deliveries are signed with it and, until <Time iso={rotated.previous_public_key_expires_at} />, with the previous key too. Give
+          your server the new public key below.
+        </Notice>
+      )}
+      <SignatureSection hook={current} />
       <WebhookHealth accountId={accountId} hookId={current.id} refreshKey={deliveriesKey} />
       <EditForm accountId={accountId} hook={current} onSaved={setHook} />
       <Deliveries accountId={accountId} hook={current} refreshKey={deliveriesKey} />
