@@ -1,4 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm'
+import type { AttemptResult } from './send.ts'
 
 /**
  * The circuit breaker of one subscription (docs/webhooks.md#when-an-endpoint-keeps-failing).
@@ -26,13 +27,13 @@ export const CIRCUIT_OPENS_AFTER = 3
 export const PROBE_INTERVAL_MIN_S = 5
 export const PROBE_INTERVAL_MAX_S = 60
 
-/** Whether an attempt's outcome counts against the receiver. */
-export function isBreakerFailure(status: number | null): boolean {
-  return status === null || status === 429 || status >= 500
+/**
+ * Whether an attempt's outcome counts against the receiver. A broker's confirmation has no
+ * status code (docs/webhooks.md#destinations): it is an answer, as a 2xx is.
+ */
+export function isBreakerFailure(result: Pick<AttemptResult, 'ok' | 'status'>): boolean {
+  return !result.ok && (result.status === null || result.status === 429 || result.status >= 500)
 }
-
-/** SQL: the same test on an attempt's status_code column. */
-export const breakerFailure = (status: SQL): SQL => sql`(${status} is null or ${status} = 429 or ${status} >= 500)`
 
 /** SQL: when the next probe of a circuit opened at `openedAt` may start. */
 export const nextProbeAt = (openedAt: SQL): SQL =>

@@ -1,4 +1,5 @@
 import type { AttemptResult } from './send.ts'
+import { isBreakerFailure } from './circuit.ts'
 
 /**
  * How many deliveries of one subscription this process keeps in flight: a window that follows
@@ -62,7 +63,7 @@ interface Flow {
 
 /** What an answer says about the receiver's capacity. */
 export function classifyAnswer(result: Pick<AttemptResult, 'ok' | 'status' | 'durationMs'>, baselineMs: number): AnswerSignal {
-  if (result.status === null || result.status === 429 || result.status >= 500) return 'congested'
+  if (isBreakerFailure(result)) return 'congested'
   if (!result.ok) return 'neutral'
   if (Number.isFinite(baselineMs) && result.durationMs > SLOW_FACTOR * baselineMs + SLOW_MARGIN_MS) return 'slow'
   return 'good'

@@ -1,5 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm'
-import { breakerFailure, CIRCUIT_OPENS_AFTER, nextProbeAt, PROBE_INTERVAL_MIN_S } from './circuit.ts'
+import { CIRCUIT_OPENS_AFTER, isBreakerFailure, nextProbeAt, PROBE_INTERVAL_MIN_S } from './circuit.ts'
 import { markHooksDueUnlessHeld } from './queue.ts'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { newId } from '../lib/db/ids.ts'
@@ -353,6 +353,7 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
     delivery_id: deliveryId,
     attempt_id: newId('att'),
     status_code: result.status,
+    breaker_failure: isBreakerFailure(result),
     duration_ms: Math.round(result.durationMs),
     error: result.error,
     response_snippet: result.responseSnippet,
@@ -364,7 +365,7 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
   const failureReason = `Every delivery attempt failed for ${CONTINUOUS_FAILURE_DISABLES_AFTER_MS / 86_400_000} days.`
   const disabled = await queryRows<{ id: string }>(db, sql`with input as (
       select * from jsonb_to_recordset(${JSON.stringify(input)}::jsonb) as i(
-        delivery_id text, attempt_id text, status_code int, duration_ms int, error text, response_snippet text,
+        delivery_id text, attempt_id text, status_code int, breaker_failure boolean, duration_ms int, error text, response_snippet text,
         outcome text, delay_ms float8, disable_reason text, throttle_ms float8)
     ),
     moved as (
@@ -389,8 +390,8 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
              bool_or(i.outcome in ('delivered', 'refused')) as succeeded,
              max(i.disable_reason) as disable_reason,
              max(i.throttle_ms) as throttle_ms,
-             bool_or(not ${breakerFailure(sql`i.status_code`)}) as answered,
-             count(*) filter (where ${breakerFailure(sql`i.status_code`)})::int as failures,
+             bool_or(not i.breaker_failure) as answered,
+             count(*) filter (where i.breaker_failure)::int as failures,
              min(before.status) as status_before
       from input i join moved m on m.id = i.delivery_id join hooks before on before.id = m.hook_id
       group by m.hook_id

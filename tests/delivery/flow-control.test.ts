@@ -24,6 +24,8 @@ describe('classifyAnswer', () => {
     expect(classifyAnswer({ ok: true, status: 200, durationMs: 110 }, 5)).toBe('good')
     expect(classifyAnswer({ ok: true, status: 200, durationMs: 111 }, 5)).toBe('slow')
     expect(classifyAnswer({ ok: true, status: 200, durationMs: 5000 }, Infinity)).toBe('good')
+    // A broker's confirmation has no status code: an answer, not a failure.
+    expect(classifyAnswer({ ok: true, status: null, durationMs: 1 }, 5)).toBe('good')
   })
 })
 

@@ -11,7 +11,7 @@ import { deliveries, hooks } from '../../src/lib/db/schema.ts'
 import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS, WORKER_SESSION_SETTINGS, claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
 import { decideAfterAttempt, type DeliveryDecision } from '../../src/delivery/policy.ts'
 import { markHooksDueUnlessHeld } from '../../src/delivery/queue.ts'
-import { sendWebhook } from '../../src/delivery/send.ts'
+import { sendWebhook, type AttemptResult } from '../../src/delivery/send.ts'
 import { postgresClient, postgresDatabase, preparedDrizzle, queryRows } from '../../src/lib/db/client.ts'
 
 /** The deliveries a claim leased. */
@@ -346,7 +346,7 @@ describe('the circuit breaker in the claim and the record (src/delivery/circuit.
   const setAsideOthers = () => db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
   const hookRow = async (id: string) => (await db.select().from(hooks).where(eq(hooks.id, id)))[0]!
   const mine = <T extends { hookId: string }>(items: T[], hookId: string) => items.filter((item) => item.hookId === hookId)
-  const record = (items: { id: string; hookId: string; accountId: string }[], result: typeof serverError | typeof okAttempt, decision: DeliveryDecision) =>
+  const record = (items: { id: string; hookId: string; accountId: string }[], result: AttemptResult, decision: DeliveryDecision) =>
     recordDeliveryAttempts(db, items.map((item) => ({ deliveryId: item.id, hookId: item.hookId, accountId: item.accountId, result, decision })))
   /** The probe's time comes (as the clock would bring it): its due_at moves with it. */
   const probeTimeComes = async (hookId: string) => {
@@ -418,6 +418,23 @@ describe('the circuit breaker in the claim and the record (src/delivery/circuit.
     await record(probe, badRequest, decideAfterAttempt(badRequest, probe[0]!.attempts + 1, schedule))
     const row = await hookRow(hook.id)
     expect([row.consecutiveFailures, row.circuitOpenedAt]).toEqual([0, null])
+  })
+
+  test("a broker's confirmation (no status code) is an answer: confirmations in a row leave it closed, and one closes an open circuit", async () => {
+    await setAsideOthers()
+    const { owner, hook } = await eventFor('/circuit-broker')
+    await moreInbound(owner, 3)
+    const confirmed = { ok: true, status: null, durationMs: 2, error: null, failure: null, responseSnippet: '{"stream":"events","seq":1,"duplicate":false}', retryAfterSeconds: null }
+    await record(mine(await claimRows(db, { ...options, defaultAllowance: 3 }), hook.id), confirmed, { kind: 'delivered' })
+    expect(await shown(owner, hook.id)).toEqual({ state: 'closed', consecutive_failures: 0, opened_at: null, next_probe_at: null })
+
+    const unconfirmed = { ...serverError, status: null, error: 'publishing: ECONNREFUSED', failure: 'connection' as const }
+    await moreInbound(owner, 3)
+    await record(mine(await claimRows(db, { ...options, defaultAllowance: 3 }), hook.id), unconfirmed, retryNow)
+    expect((await shown(owner, hook.id)).state).toBe('open')
+    await probeTimeComes(hook.id)
+    await record(mine(await claimRows(db, options), hook.id), confirmed, { kind: 'delivered' })
+    expect(await shown(owner, hook.id)).toEqual({ state: 'closed', consecutive_failures: 0, opened_at: null, next_probe_at: null })
   })
 
   test('a new target URL, or re-enabling, starts with a closed circuit', async () => {

@@ -24,8 +24,10 @@ interface Connection {
 function failureOf(error: unknown, subject: string): BrokerFailure {
   if (error instanceof BrokerFailure) return error
   if (error instanceof errors.AuthorizationError) return new BrokerFailure('denied', 'connecting: the server refused the credentials (authorization violation)')
-  if (error instanceof errors.PermissionViolationError) return new BrokerFailure('denied', `permission denied to ${error.operation} ${JSON.stringify(error.subject)}`)
   const cause = (error as { cause?: unknown } | null)?.cause
+  // The publish itself rejects first, with a RequestError whose cause is the server's violation.
+  const violation = error instanceof errors.PermissionViolationError ? error : cause instanceof errors.PermissionViolationError ? cause : undefined
+  if (violation) return new BrokerFailure('denied', `permission denied to ${violation.operation} ${JSON.stringify(violation.subject)}`)
   // No stream captures the subject: nothing answers the publish (the client calls it "JetStream not enabled").
   if ((error as Error | null)?.name === 'JetStreamNotEnabled' || error instanceof errors.NoRespondersError || cause instanceof errors.NoRespondersError) {
     return new BrokerFailure('unroutable', `no stream captures subject ${JSON.stringify(subject)}`)
