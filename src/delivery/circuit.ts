@@ -29,10 +29,14 @@ export const PROBE_INTERVAL_MAX_S = 60
 
 /**
  * Whether an attempt's outcome counts against the receiver. A broker's confirmation has no
- * status code (docs/webhooks.md#destinations): it is an answer, as a 2xx is.
+ * status code (docs/webhooks.md#destinations): it is an answer, as a 2xx is; and a broker that
+ * says the message has nowhere to go (`unroutable`) or that the credentials or permissions are
+ * wrong (`denied`) is up and answering, as a receiver's 4xx is. Its negative acknowledgement
+ * (`nacked`) is the broker unable to take messages now, as a 503.
  */
-export function isBreakerFailure(result: Pick<AttemptResult, 'ok' | 'status'>): boolean {
-  return !result.ok && (result.status === null || result.status === 429 || result.status >= 500)
+export function isBreakerFailure(result: Pick<AttemptResult, 'ok' | 'status'> & Partial<Pick<AttemptResult, 'failure'>>): boolean {
+  if (result.ok || result.failure === 'unroutable' || result.failure === 'denied') return false
+  return result.status === null || result.status === 429 || result.status >= 500
 }
 
 /** SQL: when the next probe of a circuit opened at `openedAt` may start. */

@@ -62,7 +62,7 @@ interface Flow {
 }
 
 /** What an answer says about the receiver's capacity. */
-export function classifyAnswer(result: Pick<AttemptResult, 'ok' | 'status' | 'durationMs'>, baselineMs: number): AnswerSignal {
+export function classifyAnswer(result: Pick<AttemptResult, 'ok' | 'status' | 'durationMs'> & Partial<Pick<AttemptResult, 'failure'>>, baselineMs: number): AnswerSignal {
   if (isBreakerFailure(result)) return 'congested'
   if (!result.ok) return 'neutral'
   if (Number.isFinite(baselineMs) && result.durationMs > SLOW_FACTOR * baselineMs + SLOW_MARGIN_MS) return 'slow'
@@ -135,7 +135,7 @@ export function createFlowControl(settings: FlowSettings, now: () => number = ()
     },
 
     /** The attempt started at `startedAt` (a `now()` reading) answered. */
-    answered(hookId: string, startedAt: number, result: Pick<AttemptResult, 'ok' | 'status' | 'durationMs'>): AnswerSignal {
+    answered(hookId: string, startedAt: number, result: Pick<AttemptResult, 'ok' | 'status' | 'durationMs'> & Partial<Pick<AttemptResult, 'failure'>>): AnswerSignal {
       const flow = flows.get(hookId)
       if (!flow) return classifyAnswer(result, Infinity)
       const at = now()
