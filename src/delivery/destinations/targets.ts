@@ -117,8 +117,9 @@ export function redactedTarget(raw: string): string {
   const url = new URL(raw)
   if (!BROKER_SCHEMES[url.protocol]) return url.href
   const userinfo = url.password ? `${url.username}:***@` : url.username ? (BROKER_SCHEMES[url.protocol]!.kind === 'nats' ? '***@' : `${url.username}@`) : ''
-  // Written out, with "/" for an empty path (the same vhost), so the same target always reads the same: the runtime's URL adds that path to some and not to others.
-  return `${url.protocol}//${userinfo}${url.host}${url.pathname || '/'}${url.search}`
+  // Written out, so the same target always reads the same (the runtime's URL adds a "/" path to some and not to others): a NATS URL has no path, an AMQP one at least "/" (the same vhost).
+  const path = BROKER_SCHEMES[url.protocol]!.kind === 'nats' ? '' : url.pathname || '/'
+  return `${url.protocol}//${userinfo}${url.host}${path}${url.search}`
 }
 
 /** Whether the URL carries a secret that redactedTarget hides (and so must be sealed). */

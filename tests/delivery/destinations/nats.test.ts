@@ -267,7 +267,7 @@ describe('a NATS JetStream destination', () => {
     const subject = `secret-${run}.inbound`
     const stream = await addStream(privateJsm, subject)
     // With the path "/": the URL parser writes it so when there are credentials, and shows it so.
-    const shown = `nats://${writer.user}:***@127.0.0.1:${privateServer.port}/?subject=${subject}`
+    const shown = `nats://${writer.user}:***@127.0.0.1:${privateServer.port}?subject=${subject}`
     const hook = await owner.subscribe(`nats://${writer.user}:${writer.password}@127.0.0.1:${privateServer.port}/?subject=${subject}`)
     expect(hook.target_url).toBe(shown)
     const read = await owner.call('GET', `/hooks/${hook.id}`)

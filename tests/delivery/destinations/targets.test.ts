@@ -59,7 +59,7 @@ describe('parsing a broker target', () => {
 describe('what everyone sees of a broker target', () => {
   test('a password, or a NATS token, is ***; the sealed URL is kept only when there is one', () => {
     expect(redactedTarget('amqps://app:p%40ss@mq.example.com/v?exchange=e')).toBe('amqps://app:***@mq.example.com/v?exchange=e')
-    expect(redactedTarget('tls://tok@nats.example.com?subject=a')).toBe('tls://***@nats.example.com/?subject=a')
+    expect(redactedTarget('tls://tok@nats.example.com?subject=a')).toBe('tls://***@nats.example.com?subject=a')
     expect(carriesCredentials('amqps://mq.example.com?exchange=e')).toBe(false)
     expect(checkTargetUrl('amqps://app:pw@mq.example.com?exchange=e', production)).toEqual({
       targetUrl: 'amqps://app:***@mq.example.com/?exchange=e',
