@@ -210,3 +210,25 @@ describe('changing a RabbitMQ destination', () => {
     expect(await testSend(created.body.id)).toContain('access refused')
   })
 })
+
+describe('an Ed25519-signed RabbitMQ destination', () => {
+  test('the message carries webhook-signature v1a, which the public key verifies (Web Crypto)', async () => {
+    const response = await server.fetch(`/v0/account/${owner.accountId}/hooks?key=${owner.secret}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ event: 'message.delivered', target_url: `amqp://guest:guest@127.0.0.1:5672/?exchange=${exchange}&routing_key=message.signed`, signature: 'ed25519' }),
+    })
+    expect(response.status).toBe(201)
+    const created = (await response.json()) as { id: string; public_key: string; secret?: string }
+    expect(created.secret).toBeUndefined()
+    await server.fetch(`/v0/account/${owner.accountId}/hooks/${created.id}/test?key=${owner.secret}`, { method: 'POST' })
+    const message = await nextMessage(queue, 10_000, 'message.delivered')
+    const headers = message.properties.headers as Record<string, string>
+    const [version, signature] = headers['webhook-signature']!.split(',')
+    expect(version).toBe('v1a')
+    const bytes = (base64: string) => Uint8Array.from(atob(base64), (char) => char.charCodeAt(0))
+    const key = await crypto.subtle.importKey('raw', bytes(created.public_key.slice('whpk_'.length)), 'Ed25519', false, ['verify'])
+    const signed = new TextEncoder().encode(`${headers['webhook-id']}.${headers['webhook-timestamp']}.${message.content.toString()}`)
+    expect(await crypto.subtle.verify('Ed25519', key, bytes(signature!), signed)).toBe(true)
+  })
+})
