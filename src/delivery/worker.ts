@@ -124,7 +124,7 @@ async function start(settings: WorkerSettings) {
     const body = delivery.eventSubscription ? occurrenceBody(delivery.payload) : delivery.payload
     const send = (headers: Record<string, string>) =>
       destinations.send(
-        { url, id: delivery.eventId, eventType: delivery.eventType, body, keys, headers: delivery.eventSubscription ? { ...headers, [SUBSCRIPTION_ID_HEADER]: delivery.hookId } : headers },
+        { url, id: delivery.eventId, eventType: delivery.eventType, subscriptionId: delivery.hookId, body, keys, headers: delivery.eventSubscription ? { ...headers, [SUBSCRIPTION_ID_HEADER]: delivery.hookId } : headers },
       )
     if (!tracing) return send({})
     const ids = { hookId: delivery.hookId, eventId: delivery.eventId, deliveryId: delivery.id, attempt: delivery.attempts + 1, url: delivery.targetUrl, probe: delivery.probe }

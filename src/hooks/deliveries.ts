@@ -248,7 +248,7 @@ export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: stri
   const url = hook.targetCredentialsCiphertext ? await deps.secretBox.open(hook.targetCredentialsCiphertext) : hook.targetUrl
   // A broker's connection for this one attempt, closed after it: tests are rare, and the worker's pool is in another thread.
   const destinations = createDestinations(deps.send)
-  const send = (headers: Record<string, string>) => destinations.send({ url, id: event.id, eventType: event.type, body: event.payload, keys, headers })
+  const send = (headers: Record<string, string>) => destinations.send({ url, id: event.id, eventType: event.type, subscriptionId: hook.id, body: event.payload, keys, headers })
   const { result, trace } = await (deps.tracing
     ? traceAttempt(deps.tracing, context.active(), { hookId: hook.id, eventId: event.id, deliveryId, attempt: 1, url: hook.targetUrl }, send)
     : send({}).then((result) => ({ result, trace: undefined }))

@@ -4,8 +4,14 @@ import type { AttemptResult } from '../send.ts'
 
 /** What a broker destination publishes: the stored body bytes, and the Standard Webhooks headers as message headers. */
 export interface BrokerMessage {
-  /** The event id: the message id the broker deduplicates on (AMQP message-id, Nats-Msg-Id). */
+  /** The event id (AMQP message-id; `webhook-id` in the headers, the consumer's key to drop duplicates). */
   id: string
+  /**
+   * What a broker with a duplicate window deduplicates on (Nats-Msg-Id): the event id and the
+   * subscription's, so a re-send of one delivery is dropped while the same event sent by two
+   * subscriptions into one stream is kept twice (docs/webhooks.md#destinations).
+   */
+  deduplicationId: string
   /** The event type, for consumers that route on it (AMQP type; NATS header). */
   type: string
   body: string
@@ -67,4 +73,16 @@ export async function publishAttempt<D>(pool: BrokerPool<D>, destination: D, mes
     const failure = isTimeout(error) ? new BrokerFailure('timeout', `timed out after ${timeoutMs} ms`) : BrokerFailure.ofNetwork(error, 'publishing')
     return { ok: false, status: null, durationMs: Math.round(performance.now() - started), error: failure.message, failure: failure.reason, responseSnippet: '', retryAfterSeconds: null }
   }
+}
+
+/** How long closing a pooled connection may wait for the broker's goodbye: one that hangs does not hold up a shutdown. */
+const CLOSE_TIMEOUT_MS = 2_000
+
+/** Closes `connections` (pending opens included), each given CLOSE_TIMEOUT_MS at most; never throws. */
+export async function closeAll<C>(connections: Iterable<Promise<C>>, close: (connection: C) => Promise<unknown>): Promise<void> {
+  await Promise.all(
+    [...connections].map((entry) =>
+      Promise.race([entry.then(close).catch(() => {}), new Promise((resolve) => setTimeout(resolve, CLOSE_TIMEOUT_MS))]),
+    ),
+  )
 }

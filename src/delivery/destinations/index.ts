@@ -16,6 +16,8 @@ export interface DestinationRequest extends WebhookRequest {
   url: string
   /** The event type, for broker consumers that route on it. */
   eventType: string
+  /** The subscription's id: with the event's, what a broker deduplicates re-sends on. */
+  subscriptionId: string
 }
 
 export interface Destinations {
@@ -57,7 +59,7 @@ export function createDestinations(options: SendOptions): Destinations {
       } catch {
         return { ok: false, status: null, durationMs: 0, error: 'the attempt could not be signed', failure: 'other', responseSnippet: '', retryAfterSeconds: null }
       }
-      const message = { id: request.id, type: request.eventType, body: request.body, headers: { ...request.headers, ...signed }, now }
+      const message = { id: request.id, deduplicationId: `${request.id}:${request.subscriptionId}`, type: request.eventType, body: request.body, headers: { ...request.headers, ...signed }, now }
       if (destination.kind === 'rabbitmq') {
         rabbitmq ??= createRabbitMqPool(policy)
         return publishAttempt(rabbitmq, destination, message, options.timeoutMs)

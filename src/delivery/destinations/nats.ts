@@ -2,13 +2,14 @@ import { connect, errors, headers as natsHeaders, type NatsConnection } from '@n
 import { JetStreamApiError, jetstream, type JetStreamClient } from '@nats-io/jetstream'
 import { CONNECT_TIMEOUT_MS, raceSignal, resolveHost, trustedWith } from '../../lib/security/outbound.ts'
 import type { NatsDestination } from './targets.ts'
-import { BrokerFailure, type BrokerMessage, type BrokerPolicy, type BrokerPool } from './broker.ts'
+import { BrokerFailure, closeAll, type BrokerMessage, type BrokerPolicy, type BrokerPool } from './broker.ts'
 
 /**
  * NATS JetStream (the official client): docs/webhooks.md#destinations. One connection per
  * server and credentials, kept open and shared; a publish is delivered only on the stream's
- * PubAck. `Nats-Msg-Id` is the event id, so the stream's duplicate window drops a re-send (the
- * PubAck then says `duplicate`, and the attempt counts as delivered: the stream holds the event).
+ * PubAck. `Nats-Msg-Id` is the event id and the subscription id, so the stream's duplicate window
+ * drops a re-send of the delivery (the PubAck then says `duplicate`, and the attempt counts as
+ * delivered: the stream holds the event) but not the same event of another subscription.
  * The client does not reconnect by itself: a connection that closes is dropped, and the next
  * attempt connects again, through the outbound guard.
  */
@@ -119,7 +120,7 @@ export function createNatsPool(policy: BrokerPolicy): BrokerPool<NatsDestination
       waiting.add(fail)
       try {
         const ack = await raceSignal(
-          Promise.race([connection.js.publish(destination.subject, message.body, { msgID: message.id, headers, timeout: policy.timeoutMs }), denied]),
+          Promise.race([connection.js.publish(destination.subject, message.body, { msgID: message.deduplicationId, headers, timeout: policy.timeoutMs }), denied]),
           signal,
         )
         return JSON.stringify({ stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate })
@@ -135,7 +136,7 @@ export function createNatsPool(policy: BrokerPolicy): BrokerPool<NatsDestination
       clearInterval(sweep)
       const open = [...connections.values()]
       connections.clear()
-      await Promise.all(open.map((entry) => entry.then((connection) => connection.nc.close(), () => {}).catch(() => {})))
+      await closeAll(open, (connection) => connection.nc.close())
     },
   }
 }

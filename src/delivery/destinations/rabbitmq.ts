@@ -1,7 +1,7 @@
 import { connect, type ChannelModel, type ConfirmChannel, type Message } from 'amqplib'
 import { CONNECT_TIMEOUT_MS, raceSignal, resolveHost, trustedWith } from '../../lib/security/outbound.ts'
 import type { RabbitMqDestination } from './targets.ts'
-import { BrokerFailure, type BrokerMessage, type BrokerPool, type BrokerPolicy } from './broker.ts'
+import { BrokerFailure, closeAll, type BrokerMessage, type BrokerPool, type BrokerPolicy } from './broker.ts'
 
 /**
  * RabbitMQ (AMQP 0-9-1, amqplib): docs/webhooks.md#destinations. One connection per broker,
@@ -18,6 +18,8 @@ interface PublishChannel {
   returned: Map<string, number>
   /** Publishes waiting for their confirm: failed at once if the channel closes. */
   waiting: Set<(failure: BrokerFailure) => void>
+  /** Why the channel closed, once it has: what its unconfirmed publishes failed of. */
+  closed?: BrokerFailure
 }
 
 interface Connection {
@@ -101,14 +103,13 @@ export function createRabbitMqPool(policy: BrokerPolicy): BrokerPool<RabbitMqDes
       const key = messageKey(String(message.properties.messageId), message.fields.exchange, message.fields.routingKey)
       publishChannel.returned.set(key, (publishChannel.returned.get(key) ?? 0) + 1)
     })
-    let closedBy: unknown
     channel.on('error', (error: unknown) => {
-      closedBy = error
+      publishChannel.closed = failureOfReply(error, 'publishing')
     })
     channel.on('close', () => {
       connection.channels.delete(exchange)
-      const failure = closedBy === undefined ? new BrokerFailure('connection', 'the broker closed the connection before it confirmed the message') : failureOfReply(closedBy, 'publishing')
-      for (const fail of publishChannel.waiting) fail(failure)
+      publishChannel.closed ??= new BrokerFailure('connection', 'the connection to the broker closed before it confirmed the message')
+      for (const fail of publishChannel.waiting) fail(publishChannel.closed)
       publishChannel.waiting.clear()
     })
     // The default exchange always exists; another is checked once per channel, so a missing one fails with its name.
@@ -166,7 +167,9 @@ export function createRabbitMqPool(policy: BrokerPolicy): BrokerPool<RabbitMqDes
             else target.returned.set(key, returned - 1)
           }
           if (!target.waiting.has(onClosed)) return
-          if (error) settle(new BrokerFailure('nacked', 'the broker refused the message (negative acknowledgement)'))
+          // amqplib answers every unconfirmed publish with an error when the channel closes, before the channel's own 'close' listeners run.
+          if (error && (error as Error).message !== 'message nacked') settle(target.closed ?? new BrokerFailure('connection', 'the connection to the broker closed before it confirmed the message'))
+          else if (error) settle(new BrokerFailure('nacked', 'the broker refused the message (negative acknowledgement)'))
           else if (returned > 0) settle(new BrokerFailure('unroutable', `unroutable: no queue is bound to exchange '${destination.exchange}' with routing key '${destination.routingKey}'`))
           else settle(null)
         },
@@ -197,7 +200,7 @@ export function createRabbitMqPool(policy: BrokerPolicy): BrokerPool<RabbitMqDes
       clearInterval(sweep)
       const open = [...connections.values()]
       connections.clear()
-      await Promise.all(open.map((entry) => entry.then((connection) => connection.model.close(), () => {}).catch(() => {})))
+      await closeAll(open, (connection) => connection.model.close())
     },
   }
 }

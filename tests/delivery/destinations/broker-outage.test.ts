@@ -131,7 +131,7 @@ test('RabbitMQ stopped: attempts fail (connection) and the circuit opens; starte
     expect(tried.length).toBeGreaterThanOrEqual(1)
     for (const delivery of tried) {
       expect(delivery.last_attempt.status_code).toBeNull()
-      expect(delivery.last_attempt.error).toMatch(/^(connecting|publishing): |the broker closed the connection/)
+      expect(delivery.last_attempt.error).toMatch(/^(connecting|publishing): |the connection to the broker closed/)
     }
     const stats = await call('GET', `/hooks/${hookId}/stats?interval=minute&since=${new Date(Date.now() - 3_600_000).toISOString()}`)
     expect(stats.body.totals.failures.connection).toBeGreaterThanOrEqual(3)

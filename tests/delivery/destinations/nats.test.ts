@@ -119,7 +119,7 @@ const headersOf = (message: StoredMsg | { headers?: Iterable<[string, string[]]>
 }
 
 describe('a NATS JetStream destination', () => {
-  test('an inbound message reaches a JetStream consumer, signed as Standard Webhooks, Nats-Msg-Id the event id, and listed as succeeded', async () => {
+  test('an inbound message reaches a JetStream consumer, signed as Standard Webhooks, Nats-Msg-Id the event and subscription ids, and listed as succeeded', async () => {
     const subject = `events-${run}.inbound`
     const stream = await addStream(sharedJsm, subject)
     const owner = await account()
@@ -135,7 +135,7 @@ describe('a NATS JetStream destination', () => {
     expect(() => new Webhook(hook.secret).verify(body, headers)).not.toThrow()
     const event = JSON.parse(body)
     expect(event.type).toBe('message.inbound')
-    expect(headers['Nats-Msg-Id']).toBe(event.id)
+    expect(headers['Nats-Msg-Id']).toBe(`${event.id}:${hook.id}`)
     expect(headers['webhook-id']).toBe(event.id)
     expect(headers['content-type']).toBe('application/json')
     expect(headers['webhook-event-type']).toBe('message.inbound')
@@ -160,8 +160,20 @@ describe('a NATS JetStream destination', () => {
     expect(JSON.parse(again.attempt_log[1].response_snippet)).toEqual({ stream, seq: 1, duplicate: true })
 
     const messages = await stored(sharedJsm, stream)
-    expect(messages.map((message) => headersOf(message)['Nats-Msg-Id'])).toEqual([first.event_id])
+    expect(messages.map((message) => headersOf(message)['Nats-Msg-Id'])).toEqual([`${first.event_id}:${hook.id}`])
     expect(Object.values(await owner.failures(hook.id)).reduce((sum, count) => sum + count, 0)).toBe(0)
+  })
+
+  test('the same event sent by two subscriptions into one stream is kept twice: the duplicate window drops re-sends, not the other subscription\'s', async () => {
+    const stream = await addStream(sharedJsm, `events-${run}.pair.>`)
+    const owner = await account()
+    const first = await owner.subscribe(`nats://127.0.0.1:4222?subject=events-${run}.pair.first`)
+    const second = await owner.subscribe(`nats://127.0.0.1:4222?subject=events-${run}.pair.second`)
+    await owner.inbound('to both')
+    for (const hook of [first, second]) await until(() => owner.deliveries(hook.id), (list) => list[0]?.state === 'succeeded', 5_000, 'delivered')
+    const messages = await stored(sharedJsm, stream)
+    expect(messages.map((message) => message.subject).sort()).toEqual([`events-${run}.pair.first`, `events-${run}.pair.second`])
+    expect(new Set(messages.map((message) => headersOf(message)['webhook-id'])).size).toBe(1)
   })
 
   test('no stream captures the subject: failed attempts, "unroutable" in the attempt log and the figures; once the stream exists the retries deliver it', async () => {
@@ -186,7 +198,7 @@ describe('a NATS JetStream destination', () => {
     const [delivered] = await until(() => owner.deliveries(hook.id), (list) => list[0]?.state === 'succeeded', 15_000, 'delivered once the stream exists')
     const messages = await stored(sharedJsm, stream)
     expect(messages).toHaveLength(1)
-    expect(headersOf(messages[0]!)['Nats-Msg-Id']).toBe(delivered.event_id)
+    expect(headersOf(messages[0]!)['Nats-Msg-Id']).toBe(`${delivered.event_id}:${hook.id}`)
     expect((JSON.parse(new TextDecoder().decode(messages[0]!.data)) as any).data.message.id).toBe(eventMessage)
   })
 
@@ -258,7 +270,7 @@ describe('a NATS JetStream destination', () => {
 
     const ids = (await stored(privateJsm, stream)).map((message) => headersOf(message)['Nats-Msg-Id'])
     expect(ids).toHaveLength(10)
-    expect(new Set(ids)).toEqual(new Set(after.map((delivery) => delivery.event_id)))
+    expect(new Set(ids)).toEqual(new Set(after.map((delivery) => `${delivery.event_id}:${hook.id}`)))
     expect((await owner.call('GET', `/hooks/${hook.id}`)).body.circuit.state).toBe('closed')
   })
 

@@ -15,7 +15,7 @@ const destinationsWith = (options: SendOptions) => {
 }
 afterAll(() => Promise.all(opened.map((destinations) => destinations.close())))
 
-const request = (url: string): DestinationRequest => ({ url, id: `evt_${crypto.randomUUID()}`, eventType: 'message.delivered', body: '{"ok":true}', keys: { scheme: 'hmac', current: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' } })
+const request = (url: string): DestinationRequest => ({ url, id: `evt_${crypto.randomUUID()}`, eventType: 'message.delivered', subscriptionId: 'hook_sending', body: '{"ok":true}', keys: { scheme: 'hmac', current: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' } })
 const local: SendOptions = { timeoutMs: 1_000, allowPrivate: true }
 
 describe('the outbound guard, for brokers as for HTTPS', () => {
@@ -65,11 +65,13 @@ describe('a broker that does not answer', () => {
 function countingRelay(port: number) {
   const counted = { accepted: 0, open: 0 }
   const peers = new Map<Socket<unknown>, Promise<Socket<unknown>>>()
+  const clients = new Set<Socket<unknown>>()
   const relay = Bun.listen({
     hostname: '127.0.0.1',
     port: 0,
     socket: {
       open(client) {
+        clients.add(client)
         counted.accepted++
         counted.open++
         peers.set(client, Bun.connect({ hostname: '127.0.0.1', port, socket: { data: (_upstream, data) => void client.write(data), close: () => void client.end() } }))
@@ -77,12 +79,17 @@ function countingRelay(port: number) {
       data: (client, data) => void peers.get(client)?.then((upstream) => upstream.write(data)),
       close(client) {
         counted.open--
+        clients.delete(client)
         void peers.get(client)?.then((upstream) => upstream.end())
         peers.delete(client)
       },
     },
   })
-  return { port: relay.port, counted, stop: () => relay.stop(true) }
+  // A network cut: every connection through the relay ends at once, as a broker restart ends them.
+  const cut = () => {
+    for (const client of clients) client.terminate()
+  }
+  return { port: relay.port, counted, cut, stop: () => relay.stop(true) }
 }
 
 describe('pooled connections', () => {
@@ -101,6 +108,25 @@ describe('pooled connections', () => {
     await destinations.close()
     for (let i = 0; i < 50 && relay.counted.open > 0; i++) await Bun.sleep(20)
     expect(relay.counted.open).toBe(0)
+    relay.stop()
+  })
+})
+
+describe('a connection lost while publishes wait for their confirmation', () => {
+  test('RabbitMQ: each fails as a lost connection (not a nack) and the next attempt connects again', async () => {
+    const relay = countingRelay(5672)
+    const destinations = destinationsWith({ ...local, timeoutMs: 5_000 })
+    const url = `amqp://guest:guest@127.0.0.1:${relay.port}/?exchange=amq.topic&routing_key=nobody.at.all`
+    expect((await destinations.send(request(url))).failure).toBe('unroutable')
+    const sending = Array.from({ length: 200 }, () => destinations.send(request(url)))
+    relay.cut()
+    const results = await Promise.all(sending)
+    const reasons = new Set(results.map((result) => result.failure))
+    expect(reasons.has('connection')).toBe(true)
+    expect([...reasons].filter((reason) => reason !== 'connection' && reason !== 'unroutable')).toEqual([])
+    expect(results.find((result) => result.failure === 'connection')!.error).toContain('closed before it confirmed the message')
+    expect((await destinations.send(request(url))).failure).toBe('unroutable')
+    expect(relay.counted.accepted).toBe(2)
     relay.stop()
   })
 })
