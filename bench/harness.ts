@@ -6,11 +6,12 @@
  *   - the service's storage: a fresh PostgreSQL database or PGlite DATA_DIR and a random
  *     ENCRYPTION_KEY, removed at the end (storage);
  *   - servers as child processes, their logs checked at the end (startServer, startService, serverProblems);
- *   - CPU from /proc: per process, PostgreSQL's backends of one database, and the rest of the
- *     machine as "other", so that a busy machine shows in the figures (startCpu);
+ *   - CPU from /proc: per process, PostgreSQL's backends of one database, a broker found by its
+ *     listening port (listenerPid), and the rest of the machine as "other", so that a busy machine
+ *     shows in the figures (startCpu);
  *   - wrk runs (wrk), HTTP checks (call, expectStatus), percentiles, tables, met / NOT MET lines.
  */
-import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs'
 import { randomBytes } from 'node:crypto'
 import { cpus, loadavg, release, tmpdir } from 'node:os'
 import { basename, join } from 'node:path'
@@ -366,6 +367,29 @@ export function postgresCpuSeconds(database?: string): number {
     if (Number.isFinite(seconds)) total += seconds
   }
   return total
+}
+
+/** The process listening on loopback or any address at TCP `port` (a broker, whose CPU a phase reports), from /proc/net/tcp* and /proc/<pid>/fd. */
+export function listenerPid(port: number): number | undefined {
+  const hex = `:${port.toString(16).toUpperCase().padStart(4, '0')}`
+  const inodes = new Set<string>()
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    try {
+      // Fields: sl, local address, remote address, state (0A: LISTEN), …, inode (the tenth).
+      for (const line of readFileSync(table, 'utf8').split('\n').slice(1)) {
+        const f = line.trim().split(/\s+/)
+        if (f[1]?.endsWith(hex) && f[3] === '0A') inodes.add(`socket:[${f[9]}]`)
+      }
+    } catch {}
+  }
+  if (inodes.size === 0) return undefined
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      for (const fd of readdirSync(`/proc/${entry}/fd`)) if (inodes.has(readlinkSync(`/proc/${entry}/fd/${fd}`))) return Number(entry)
+    } catch {}
+  }
+  return undefined
 }
 
 export interface CpuUse {

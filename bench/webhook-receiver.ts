@@ -1,5 +1,6 @@
 // The HTTPS webhook receiver of bench/webhooks.ts, its own process so that it does not share the
-// load generator's thread.   CONTROL_PORT=<http port> CERT_DIR=<dir> bun bench/webhook-receiver.ts
+// load generator's thread, and its broker consumer (another process of this script, so that each
+// one's CPU is measured apart).   CONTROL_PORT=<http port> CERT_DIR=<dir> bun bench/webhook-receiver.ts
 //
 // It listens with CERT_DIR's server.pem/server.key (fixtures/tls.ts: localhost, 127.0.0.1) on the
 // ports the control port tells it to. Every POST is answered 204 at once, except:
@@ -12,13 +13,22 @@
 // Counted per group, the first path segment after any /delay/<ms> (/g/17 and /g/18 are group g):
 // answers, distinct (path, webhook-id) pairs, first and last receipt (epoch ms), and send
 // latency = receipt − the send time bench/webhooks.ts writes as the message text, "t=<epoch ms>",
-// which the event carries as data.message.body.
+// which the event carries as data.message.body. A broker's messages count the same way, in the
+// group the consume command names, distinct by (routing key or subject, message id = event id).
 // Control (plain HTTP, 127.0.0.1):
 //   POST /listen?port=N       also listen on N          POST /heal     stop hanging
+//   POST /listen?port=N&raw=1 a plain TCP listener that accepts and never answers nor closes
+//                             (a broker that hangs), its connections counted as `hung` of group hang
+//   POST /consume?url=amqp://…&queue=Q&group=G    consume RabbitMQ queue Q (auto-ack)
+//   POST /consume?url=nats://…&stream=S&group=G   consume JetStream stream S (an ordered consumer)
 //   POST /reset[?since=ms]    forget all counts; bodies sent before `since` only count as `stale`
 //   GET  /stats[?samples=1]   {groups: {<group>: {count, unique, firstAt, lastAt, stale, hung, sendLatencies?}}}
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { jetstream } from '@nats-io/jetstream'
+import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-node'
+import { connect as amqpConnect, type ChannelModel } from 'amqplib'
+import type { TCPSocketListener } from 'bun'
 
 const controlPort = Number(process.env.CONTROL_PORT)
 const certDir = process.env.CERT_DIR
@@ -52,6 +62,19 @@ function tally(name: string): Tally {
   return t
 }
 
+/** One delivery received at `at`, distinct by `key`. */
+function record(t: Tally, key: string, body: string, at: number): void {
+  const sentAt = Number(SENT_AT.exec(body)?.[1] ?? Number.NaN)
+  if (since > 0 && !(sentAt >= since)) t.stale++
+  else {
+    t.count++
+    t.firstAt ||= at
+    t.lastAt = at
+    t.keys.add(key)
+    if (Number.isFinite(sentAt) && t.sendLatencies.length < MAX_SAMPLES) t.sendLatencies.push(at - sentAt)
+  }
+}
+
 async function receive(request: Request): Promise<Response> {
   const body = await request.text()
   const at = now()
@@ -67,27 +90,59 @@ async function receive(request: Request): Promise<Response> {
     if (request.signal.aborted) return new Response(null, { status: 503 })
   }
   if (delay) await Bun.sleep(Math.min(60_000, Number(delay)))
-  const sentAt = Number(SENT_AT.exec(body)?.[1] ?? Number.NaN)
-  if (since > 0 && !(sentAt >= since)) t.stale++
-  else {
-    t.count++
-    t.firstAt ||= at
-    t.lastAt = at
-    t.keys.add(`${path} ${request.headers.get('webhook-id')}`)
-    if (Number.isFinite(sentAt) && t.sendLatencies.length < MAX_SAMPLES) t.sendLatencies.push(at - sentAt)
-  }
+  record(t, `${path} ${request.headers.get('webhook-id')}`, body, at)
   return new Response(null, { status: 204 })
 }
 
+const brokers: Array<ChannelModel | NatsConnection> = []
+
+/** Consumes a RabbitMQ queue or a JetStream stream into `group` until the process ends. */
+async function consume(url: string, source: string, group: string): Promise<void> {
+  if (url.startsWith('amqp')) {
+    const model = await amqpConnect(url)
+    brokers.push(model)
+    const channel = await model.createChannel()
+    await channel.consume(
+      source,
+      (m) => {
+        const at = now()
+        if (m) record(tally(group), `${m.fields.routingKey} ${m.properties.messageId}`, m.content.toString(), at)
+      },
+      { noAck: true },
+    )
+    return
+  }
+  const nc = await natsConnect({ servers: new URL(url).host })
+  brokers.push(nc)
+  const messages = await (await jetstream(nc).consumers.get(source)).consume()
+  void (async () => {
+    for await (const m of messages) {
+      const at = now()
+      record(tally(group), `${m.subject} ${m.headers?.get('Nats-Msg-Id')}`, m.string(), at)
+    }
+  })()
+}
+
 const listeners: ReturnType<typeof Bun.serve>[] = []
+const rawListeners: TCPSocketListener[] = []
 const control = Bun.serve({
   port: controlPort,
   hostname: '127.0.0.1',
-  fetch(request) {
+  async fetch(request) {
     const url = new URL(request.url)
     const post = request.method === 'POST'
-    if (post && url.pathname === '/listen') {
-      listeners.push(Bun.serve({ port: Number(url.searchParams.get('port')), hostname: '127.0.0.1', tls, idleTimeout: 0, fetch: receive }))
+    const port = Number(url.searchParams.get('port'))
+    if (post && url.pathname === '/listen' && url.searchParams.get('raw') === '1') {
+      rawListeners.push(Bun.listen({ port, hostname: '127.0.0.1', socket: { open: () => void tally('hang').hung++, data: () => {} } }))
+    } else if (post && url.pathname === '/listen') {
+      listeners.push(Bun.serve({ port, hostname: '127.0.0.1', tls, idleTimeout: 0, fetch: receive }))
+    } else if (post && url.pathname === '/consume') {
+      const p = url.searchParams
+      try {
+        await consume(p.get('url') ?? '', p.get('queue') ?? p.get('stream') ?? '', p.get('group') ?? '')
+      } catch (error) {
+        return new Response(`consume: ${(error as Error).message}`, { status: 502 })
+      }
     } else if (post && url.pathname === '/heal') {
       hanging = false
       for (const resolve of held) resolve()
@@ -107,8 +162,10 @@ const control = Bun.serve({
   },
 })
 
-const shutdown = () => {
+const shutdown = async () => {
   for (const listener of [control, ...listeners]) void listener.stop(true)
+  for (const listener of rawListeners) listener.stop(true)
+  await Promise.all(brokers.map((broker) => broker.close().catch(() => {})))
   process.exit(0)
 }
 process.on('SIGTERM', shutdown)
