@@ -1,5 +1,5 @@
 import type { FailureReason } from '../../stats/failure-reasons.ts'
-import { ConnectTimeout, TargetRefused, errorCode, isTimeout, type Lookup } from '../../lib/security/outbound.ts'
+import { ConnectTimeout, TargetRefused, errorCode, isTimeout, raceSignal, type Lookup } from '../../lib/security/outbound.ts'
 import type { AttemptResult } from '../send.ts'
 
 /** What a broker destination publishes: the stored body bytes, and the Standard Webhooks headers as message headers. */
@@ -78,11 +78,61 @@ export async function publishAttempt<D>(pool: BrokerPool<D>, destination: D, mes
 /** How long closing a pooled connection may wait for the broker's goodbye: one that hangs does not hold up a shutdown. */
 const CLOSE_TIMEOUT_MS = 2_000
 
-/** Closes `connections` (pending opens included), each given CLOSE_TIMEOUT_MS at most; never throws. */
-export async function closeAll<C>(connections: Iterable<Promise<C>>, close: (connection: C) => Promise<unknown>): Promise<void> {
-  await Promise.all(
-    [...connections].map((entry) =>
-      Promise.race([entry.then(close).catch(() => {}), new Promise((resolve) => setTimeout(resolve, CLOSE_TIMEOUT_MS))]),
-    ),
-  )
+/** What a kind of broker tells its pool about its connections. */
+export interface ConnectionKind<D, C> {
+  /** Destinations with the same key share a connection (the broker, and the credentials it was opened with). */
+  key(destination: D): string
+  /** Through the outbound guard; bounded by `signal`. */
+  open(destination: D, signal: AbortSignal): Promise<C>
+  /** Calls `forget` once the connection closes by itself (a broker restart, a lost network). */
+  whenClosed(connection: C, forget: () => void): void
+  /** Whether an unused connection may be closed now; by default, yes. */
+  closable?(connection: C): boolean
+  close(connection: C): Promise<unknown>
+}
+
+/**
+ * Connections shared by every attempt to the same broker: opened once (attempts that arrive
+ * while it opens wait for the same one), forgotten when they close so the next attempt opens
+ * another, closed after `policy.idleMs` unused, and all closed (each given a bounded time) by `close`.
+ */
+export function connectionPool<D, C>(policy: BrokerPolicy, kind: ConnectionKind<D, C>) {
+  const connections = new Map<string, { opening: Promise<C>; usedAt: number }>()
+  const sweep = setInterval(() => {
+    for (const [key, entry] of connections) {
+      entry.opening.then((connection) => {
+        if (performance.now() - entry.usedAt > policy.idleMs && (kind.closable?.(connection) ?? true) && connections.get(key) === entry) {
+          connections.delete(key)
+          kind.close(connection).catch(() => {})
+        }
+      }, () => {})
+    }
+  }, Math.min(60_000, policy.idleMs))
+  ;(sweep as { unref?: () => void }).unref?.()
+  return {
+    acquire(destination: D, signal: AbortSignal): Promise<C> {
+      const key = kind.key(destination)
+      let entry = connections.get(key)
+      if (!entry) {
+        // Bounded by its own timeout, not the first caller's: other attempts wait on the same connect.
+        const opened = { opening: kind.open(destination, AbortSignal.timeout(policy.timeoutMs)), usedAt: performance.now() }
+        const forget = () => {
+          if (connections.get(key) === opened) connections.delete(key)
+        }
+        connections.set(key, opened)
+        opened.opening.then((connection) => kind.whenClosed(connection, forget), forget)
+        entry = opened
+      }
+      entry.usedAt = performance.now()
+      return raceSignal(entry.opening, signal)
+    },
+    async close(): Promise<void> {
+      clearInterval(sweep)
+      const open = [...connections.values()]
+      connections.clear()
+      await Promise.all(
+        open.map((entry) => Promise.race([entry.opening.then((connection) => kind.close(connection)).catch(() => {}), new Promise((resolve) => setTimeout(resolve, CLOSE_TIMEOUT_MS))])),
+      )
+    },
+  }
 }

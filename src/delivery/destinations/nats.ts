@@ -2,7 +2,7 @@ import { connect, errors, headers as natsHeaders, type NatsConnection } from '@n
 import { JetStreamApiError, jetstream, type JetStreamClient } from '@nats-io/jetstream'
 import { CONNECT_TIMEOUT_MS, raceSignal, resolveHost, trustedWith } from '../../lib/security/outbound.ts'
 import type { NatsDestination } from './targets.ts'
-import { BrokerFailure, closeAll, type BrokerMessage, type BrokerPolicy, type BrokerPool } from './broker.ts'
+import { BrokerFailure, connectionPool, type BrokerMessage, type BrokerPolicy, type BrokerPool } from './broker.ts'
 
 /**
  * NATS JetStream (the official client): docs/webhooks.md#destinations. One connection per
@@ -17,7 +17,6 @@ import { BrokerFailure, closeAll, type BrokerMessage, type BrokerPolicy, type Br
 interface Connection {
   nc: NatsConnection
   js: JetStreamClient
-  usedAt: number
   /** Publishes waiting for their PubAck, by subject: failed at once on a permission error for it. */
   waiting: Map<string, Set<(failure: BrokerFailure) => void>>
 }
@@ -39,8 +38,6 @@ function failureOf(error: unknown, subject: string): BrokerFailure {
 }
 
 export function createNatsPool(policy: BrokerPolicy): BrokerPool<NatsDestination> {
-  const connections = new Map<string, Promise<Connection>>()
-
   const open = async (destination: NatsDestination, signal: AbortSignal): Promise<Connection> => {
     const target = await raceSignal(resolveHost(destination.hostname, { allowPrivate: policy.allowPrivate, lookup: policy.lookup, plain: !destination.tls }), signal)
     const timeout = Math.min(policy.connectTimeoutMs ?? CONNECT_TIMEOUT_MS, policy.timeoutMs)
@@ -62,7 +59,7 @@ export function createNatsPool(policy: BrokerPolicy): BrokerPool<NatsDestination
     } catch (error) {
       throw failureOf(error, destination.subject)
     }
-    const connection: Connection = { nc, js: jetstream(nc, { timeout: policy.timeoutMs }), usedAt: performance.now(), waiting: new Map() }
+    const connection: Connection = { nc, js: jetstream(nc, { timeout: policy.timeoutMs }), waiting: new Map() }
     void (async () => {
       for await (const status of nc.status()) {
         if (status.type !== 'error') continue
@@ -76,37 +73,17 @@ export function createNatsPool(policy: BrokerPolicy): BrokerPool<NatsDestination
     return connection
   }
 
-  const connectionFor = (destination: NatsDestination, signal: AbortSignal): Promise<Connection> => {
-    const key = JSON.stringify([destination.tls, destination.hostname, destination.port, destination.user, destination.pass, destination.token])
-    let entry = connections.get(key)
-    if (!entry) {
-      const opening = open(destination, AbortSignal.timeout(policy.timeoutMs))
-      entry = opening
-      connections.set(key, opening)
-      const forget = () => {
-        if (connections.get(key) === opening) connections.delete(key)
-      }
-      opening.then((connection) => connection.nc.closed().then(forget), forget)
-    }
-    return raceSignal(entry, signal)
-  }
-
-  const sweep = setInterval(() => {
-    for (const [key, entry] of connections) {
-      entry.then((connection) => {
-        if (performance.now() - connection.usedAt > policy.idleMs && connection.waiting.size === 0 && connections.get(key) === entry) {
-          connections.delete(key)
-          connection.nc.close().catch(() => {})
-        }
-      }, () => {})
-    }
-  }, Math.min(60_000, policy.idleMs))
-  ;(sweep as { unref?: () => void }).unref?.()
+  const connections = connectionPool<NatsDestination, Connection>(policy, {
+    key: (destination) => JSON.stringify([destination.tls, destination.hostname, destination.port, destination.user, destination.pass, destination.token]),
+    open,
+    whenClosed: (connection, forget) => void connection.nc.closed().then(forget),
+    closable: (connection) => connection.waiting.size === 0,
+    close: (connection) => connection.nc.close(),
+  })
 
   return {
     async publish(destination, message, signal) {
-      const connection = await connectionFor(destination, signal)
-      connection.usedAt = performance.now()
+      const connection = await connections.acquire(destination, signal)
       const headers = natsHeaders()
       for (const [name, value] of Object.entries(message.headers)) headers.set(name, value)
       headers.set('content-type', 'application/json')
@@ -132,11 +109,6 @@ export function createNatsPool(policy: BrokerPolicy): BrokerPool<NatsDestination
         denied.catch(() => {})
       }
     },
-    async close() {
-      clearInterval(sweep)
-      const open = [...connections.values()]
-      connections.clear()
-      await closeAll(open, (connection) => connection.nc.close())
-    },
+    close: () => connections.close(),
   }
 }

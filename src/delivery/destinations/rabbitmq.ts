@@ -1,7 +1,7 @@
 import { connect, type ChannelModel, type ConfirmChannel, type Message } from 'amqplib'
 import { CONNECT_TIMEOUT_MS, raceSignal, resolveHost, trustedWith } from '../../lib/security/outbound.ts'
 import type { RabbitMqDestination } from './targets.ts'
-import { BrokerFailure, closeAll, type BrokerMessage, type BrokerPool, type BrokerPolicy } from './broker.ts'
+import { BrokerFailure, connectionPool, type BrokerMessage, type BrokerPool, type BrokerPolicy } from './broker.ts'
 
 /**
  * RabbitMQ (AMQP 0-9-1, amqplib): docs/webhooks.md#destinations. One connection per broker,
@@ -25,7 +25,6 @@ interface PublishChannel {
 interface Connection {
   model: ChannelModel
   channels: Map<string, Promise<PublishChannel>>
-  usedAt: number
 }
 
 /** The broker closed a channel or connection with an AMQP reply code: what it means for the attempt. */
@@ -43,8 +42,6 @@ function failureOfReply(error: unknown, where: string): BrokerFailure {
 const messageKey = (messageId: string, exchange: string, routingKey: string) => `${messageId}\u0000${exchange}\u0000${routingKey}`
 
 export function createRabbitMqPool(policy: BrokerPolicy): BrokerPool<RabbitMqDestination> {
-  const connections = new Map<string, Promise<Connection>>()
-
   const open = async (destination: RabbitMqDestination, signal: AbortSignal): Promise<Connection> => {
     const target = await raceSignal(resolveHost(destination.hostname, { allowPrivate: policy.allowPrivate, lookup: policy.lookup, plain: !destination.tls }), signal)
     let lastError: unknown
@@ -61,7 +58,7 @@ export function createRabbitMqPool(policy: BrokerPolicy): BrokerPool<RabbitMqDes
             clientProperties: { connection_name: 'messaging-service webhooks' },
           },
         )
-        return { model, channels: new Map(), usedAt: performance.now() }
+        return { model, channels: new Map() }
       } catch (error) {
         lastError = error
         const code = (error as { code?: unknown }).code
@@ -71,30 +68,16 @@ export function createRabbitMqPool(policy: BrokerPolicy): BrokerPool<RabbitMqDes
     throw failureOfReply(lastError, 'connecting')
   }
 
-  const connectionFor = (destination: RabbitMqDestination, signal: AbortSignal): Promise<Connection> => {
-    const key = JSON.stringify([destination.tls, destination.hostname, destination.port, destination.vhost, destination.username, destination.password])
-    let entry = connections.get(key)
-    if (!entry) {
-      // Bounded by its own timeout, not the first caller's: other attempts wait on the same connect.
-      const opening = open(destination, AbortSignal.timeout(policy.timeoutMs))
-      entry = opening
-      connections.set(key, opening)
-      opening.then(
-        (connection) => {
-          const forget = () => {
-            if (connections.get(key) === opening) connections.delete(key)
-          }
-          // A broker restart, a lost network, a heartbeat missed: the next attempt connects again.
-          connection.model.on('close', forget)
-          connection.model.on('error', forget)
-        },
-        () => {
-          if (connections.get(key) === opening) connections.delete(key)
-        },
-      )
-    }
-    return raceSignal(entry, signal)
-  }
+  const connections = connectionPool<RabbitMqDestination, Connection>(policy, {
+    key: (destination) => JSON.stringify([destination.tls, destination.hostname, destination.port, destination.vhost, destination.username, destination.password]),
+    open,
+    whenClosed(connection, forget) {
+      // A broker restart, a lost network, a heartbeat missed: the next attempt connects again.
+      connection.model.on('close', forget)
+      connection.model.on('error', forget)
+    },
+    close: (connection) => connection.model.close(),
+  })
 
   const openChannel = async (connection: Connection, exchange: string): Promise<PublishChannel> => {
     const channel = await connection.model.createConfirmChannel()
@@ -176,31 +159,13 @@ export function createRabbitMqPool(policy: BrokerPolicy): BrokerPool<RabbitMqDes
       )
     })
 
-  const sweep = setInterval(() => {
-    for (const [key, entry] of connections) {
-      entry.then((connection) => {
-        if (performance.now() - connection.usedAt > policy.idleMs && connections.get(key) === entry) {
-          connections.delete(key)
-          connection.model.close().catch(() => {})
-        }
-      }, () => {})
-    }
-  }, Math.min(60_000, policy.idleMs))
-  ;(sweep as { unref?: () => void }).unref?.()
-
   return {
     async publish(destination, message, signal) {
-      const connection = await connectionFor(destination, signal)
-      connection.usedAt = performance.now()
+      const connection = await connections.acquire(destination, signal)
       const channel = await raceSignal(channelFor(connection, destination.exchange), signal)
       await publish(channel, destination, message, signal)
       return ''
     },
-    async close() {
-      clearInterval(sweep)
-      const open = [...connections.values()]
-      connections.clear()
-      await closeAll(open, (connection) => connection.model.close())
-    },
+    close: () => connections.close(),
   }
 }
