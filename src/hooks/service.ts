@@ -11,7 +11,7 @@ import { isUniqueViolation } from '../lib/db/errors.ts'
 import { isId, newId } from '../lib/db/ids.ts'
 import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
-import { InvalidDestination, carriesCredentials, kindOfScheme, parseDestination, redactedTarget, type Destination } from '../delivery/destinations/targets.ts'
+import { InvalidDestination, carriesCredentials, kindOfScheme, parseDestination, redactedTarget, restoreHiddenSecret, type Destination } from '../delivery/destinations/targets.ts'
 import { EVENT_TYPES, FILTER_KEYS, type EventType, type FilterKey } from '../messages/event-types.ts'
 import { newEd25519KeyPair, type SignatureScheme } from '../delivery/signing.ts'
 import type { HookFilterSchema, HookSchema } from './schemas.ts'
@@ -105,7 +105,11 @@ export function checkTargetUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHos
     const secure = destination.kind === 'rabbitmq' ? 'amqps' : 'tls'
     const local = deps.isForbiddenHost(destination.hostname)
     if (!destination.tls && !(deps.allowPrivateTargets && local)) {
-      throw refuse(local ? `must use ${secure}:// (a connection without TLS to a local address needs WEBHOOK_ALLOW_PRIVATE_TARGETS=true, for local development)` : `must use ${secure}://`)
+      throw refuse(
+        local
+          ? `must use ${secure}:// (a connection without TLS to a local address needs WEBHOOK_ALLOW_PRIVATE_TARGETS=true, for local development)`
+          : `must use ${secure}://${deps.allowPrivateTargets ? ' (without TLS, only a loopback or private broker is reached)' : ''}`,
+      )
     }
     if (!deps.allowPrivateTargets && local) throw refuse(`must not point at a private, loopback or link-local address ${privateHint}`)
     return { targetUrl: redactedTarget(raw), credentials: carriesCredentials(raw) ? new URL(raw).href : null }
@@ -133,6 +137,16 @@ export function checkTargetUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHos
 export function checkCallbackUrl(raw: string, deps: Pick<HookDeps, 'isForbiddenHost' | 'allowPrivateTargets'>): string {
   if (URL.canParse(raw) && kindOfScheme(new URL(raw).protocol) !== 'https') throw validationFailed([{ path: '/target_url', message: 'must use https' }])
   return checkTargetUrl(raw, deps).targetUrl
+}
+
+/** docs/webhooks.md#destinations: a changed broker URL may keep showing the stored password as `***` (restoreHiddenSecret). */
+async function withStoredSecret(box: SecretBox, raw: string, current: Hook | undefined): Promise<string> {
+  try {
+    return restoreHiddenSecret(raw, current?.targetCredentialsCiphertext ? await box.open(current.targetCredentialsCiphertext) : null) ?? raw
+  } catch (error) {
+    if (error instanceof InvalidDestination) throw validationFailed([{ path: '/target_url', message: error.message }])
+    throw error
+  }
 }
 
 /** A target as stored: what everyone sees, and the URL with its credentials when it has any (sealed before it is stored). */
@@ -193,7 +207,7 @@ export async function createHook(
   accountId: string,
   input: { event: EventType; target_url: string; secret?: string; signature?: SignatureScheme; rate_limit_per_s?: number; filter?: HookFilter },
 ): Promise<{ hook: Hook; secret: string | null }> {
-  const target = await sealedCredentials(deps.secretBox, checkTargetUrl(input.target_url, deps))
+  const target = await sealedCredentials(deps.secretBox, checkTargetUrl(await withStoredSecret(deps.secretBox, input.target_url, undefined), deps))
   const targetUrl = target.targetUrl
   const filterContacts = filterContactsOf(input.event, input.filter ?? null)
   const signatureScheme = input.signature ?? 'hmac'
@@ -375,10 +389,12 @@ export async function updateHook(
   if (!isId('hook', hookId)) throw noSuchHook(hookId)
   // A filter's member is checked against the subscription's event, which no update changes; a target that is the one shown (`***` for its password) is the one stored, unchanged.
   const current = (input.filter !== undefined && input.filter !== null) || input.target_url?.includes('***') ? await getHook(deps.db, accountId, hookId) : undefined
-  const newTarget = input.target_url === undefined || input.target_url === current?.targetUrl ? undefined : input.target_url
+  const newTarget = input.target_url === undefined || input.target_url === current?.targetUrl ? undefined : await withStoredSecret(deps.secretBox, input.target_url, current)
   const target = newTarget === undefined ? undefined : await sealedCredentials(deps.secretBox, checkTargetUrl(newTarget, deps))
   const targetUrl = target?.targetUrl
   const filterContacts = input.filter === undefined || input.filter === null ? input.filter : filterContactsOf(current!.event as EventType, input.filter)
+  // The URL exactly as shown, and nothing else: nothing changes.
+  if (target === undefined && input.rate_limit_per_s === undefined && filterContacts === undefined && input.status === undefined) return current ?? getHook(deps.db, accountId, hookId)
   try {
     return await changeOwnHook(deps.db, accountId, hookId, {
       ...(target === undefined ? {} : { ...target, ...closedCircuit }),

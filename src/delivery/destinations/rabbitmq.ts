@@ -34,7 +34,8 @@ function failureOfReply(error: unknown, where: string): BrokerFailure {
   // The broker's own words ("NOT_FOUND - no exchange 'x' in vhost '/'") name what is missing; they hold no secret.
   if (code === 404) return new BrokerFailure('unroutable', `${where}: ${/NOT_FOUND - [^"]*/.exec(message)?.[0] ?? 'not found (404)'}`)
   if (code === 403 || /ACCESS[-_]REFUSED/.test(message)) return new BrokerFailure('denied', `${where}: access refused (403): the user or its permissions`)
-  if (code === 530 || /NOT[-_]ALLOWED/.test(message)) return new BrokerFailure('denied', `${where}: not allowed (530): the vhost or the user's access to it`)
+  // A vhost that does not exist, or one the user may not use: the broker closes the connection instead of opening it (530), which amqplib reports without the code.
+  if (code === 530 || /NOT[-_]ALLOWED|Expected ConnectionOpenOk; got <ConnectionClose/.test(message)) return new BrokerFailure('denied', `${where}: the broker refused the vhost (it does not exist, or the user has no access to it)`)
   return BrokerFailure.ofNetwork(error, where)
 }
 

@@ -62,7 +62,7 @@ function decoded(part: string, name: string): string {
 
 function onlyParameters(url: URL, allowed: string[]): void {
   for (const name of new Set(url.searchParams.keys())) {
-    if (!allowed.includes(name)) throw new InvalidDestination(`unknown parameter ${JSON.stringify(name.slice(0, 40))}: a ${url.protocol}// target takes ${allowed.join(' and ')}`)
+    if (!allowed.includes(name)) throw new InvalidDestination(`unknown parameter ${JSON.stringify(name.slice(0, 40))}: ${/^[aeiou]/.test(url.protocol) ? 'an' : 'a'} ${url.protocol}// target takes ${allowed.join(' and ')}`)
     if (url.searchParams.getAll(name).length > 1) throw new InvalidDestination(`${name} is given more than once`)
   }
 }
@@ -94,6 +94,7 @@ export function parseDestination(raw: string): Destination {
     }
     if (exchange === '' && routingKey === '') throw new InvalidDestination('routing_key names the queue when the exchange is the default one (exchange=)')
     // RFC 3986 URI spec of RabbitMQ: no path is the default vhost "/"; "/name" is "name" (percent-encoded, so %2F is "/").
+    if (url.pathname.indexOf('/', 1) !== -1) throw new InvalidDestination('the vhost is one path segment: percent-encode a "/" in its name as %2F')
     const vhost = url.pathname === '' || url.pathname === '/' ? '/' : decoded(url.pathname.slice(1), 'the vhost')
     if (url.password && !url.username) throw new InvalidDestination('a password needs a user name')
     return { kind: 'rabbitmq', ...address, vhost, exchange, routingKey, username: username || 'guest', password: url.username ? password : 'guest' }
@@ -127,4 +128,25 @@ export function carriesCredentials(raw: string): boolean {
   const url = new URL(raw)
   const scheme = BROKER_SCHEMES[url.protocol]
   return scheme !== undefined && (url.password !== '' || (scheme.kind === 'nats' && url.username !== ''))
+}
+
+/**
+ * A changed broker URL that still shows the stored password as `***` (read from the API, then
+ * edited: a new routing key, say) gets the stored password back, when it goes to the same
+ * broker as the same user: same scheme, host, port and user name. Null when the URL hides
+ * nothing; InvalidDestination when it hides a password it may not have (another broker or user:
+ * the password must be given again, so that a stored one never goes somewhere new).
+ */
+export function restoreHiddenSecret(raw: string, stored: string | null): string | null {
+  const url = URL.parse(raw)
+  const scheme = url && BROKER_SCHEMES[url.protocol]
+  if (!url || !scheme) return null
+  const hidesToken = scheme.kind === 'nats' && url.username === '***' && url.password === ''
+  if (url.password !== '***' && !hidesToken) return null
+  const previous = stored === null ? null : new URL(stored)
+  const same = previous !== null && previous.protocol === url.protocol && previous.hostname === url.hostname && previous.port === url.port && (hidesToken ? previous.password === '' : previous.username === url.username)
+  if (!same) throw new InvalidDestination('shows the password as ***: give the password itself to reach another broker, port or user')
+  if (hidesToken) url.username = previous.username
+  else url.password = previous.password
+  return url.href
 }

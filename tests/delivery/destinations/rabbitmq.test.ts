@@ -137,6 +137,15 @@ describe('a RabbitMQ destination that cannot take the message', () => {
     await server.fetch(`/v0/account/${owner.accountId}/hooks/${missing.body.id}?key=${owner.secret}`, { method: 'DELETE' })
   })
 
+  test('a vhost that does not exist is denied, not a lost connection', async () => {
+    const created = await subscribe(`amqp://guest:guest@127.0.0.1:5672/no-such-vhost-${run}?exchange=${exchange}&routing_key=x`, 'message.failed')
+    expect(created.status).toBe(201)
+    const test = await server.fetch(`/v0/account/${owner.accountId}/hooks/${created.body.id}/test?key=${owner.secret}`, { method: 'POST' })
+    expect(((await test.json()) as { error: string }).error).toBe('connecting: the broker refused the vhost (it does not exist, or the user has no access to it)')
+    expect((await failuresOf(created.body.id)).denied).toBe(1)
+    await server.fetch(`/v0/account/${owner.accountId}/hooks/${created.body.id}?key=${owner.secret}`, { method: 'DELETE' })
+  })
+
   test('a wrong password is denied; the password is shown as *** and never written to a response or a log line', async () => {
     const password = `wrong-${run}-pw`
     const created = await subscribe(`amqp://guest:${password}@127.0.0.1:5672/?exchange=${exchange}&routing_key=message.x`, 'message.delivered')
@@ -208,6 +217,34 @@ describe('changing a RabbitMQ destination', () => {
     const wrong = await patch(created.body.id, { target_url: `amqp://guest:not-the-password@127.0.0.1:5672/?exchange=${exchange}&routing_key=message.patched` })
     expect(((await wrong.json()) as { target_url: string }).target_url).toBe(created.body.target_url)
     expect(await testSend(created.body.id)).toContain('access refused')
+  })
+
+  test('a changed URL that still shows *** (a new routing key) keeps the stored password; to another broker or user it must carry the password itself', async () => {
+    const created = await subscribe(`amqp://guest:guest@127.0.0.1:5672/?exchange=${exchange}&routing_key=message.before`, 'message.failed')
+    const changed = created.body.target_url.replace('message.before', 'message.after')
+    const renamed = await patch(created.body.id, { target_url: changed })
+    expect(renamed.status).toBe(200)
+    expect(((await renamed.json()) as { target_url: string }).target_url).toBe(changed)
+    expect(await testSend(created.body.id)).toBeNull()
+    let received = await nextMessage(queue, 10_000, 'message.failed')
+    while (received.fields.routingKey !== 'message.after') received = await nextMessage(queue, 10_000, 'message.failed')
+    for (const elsewhere of [changed.replace('127.0.0.1:5672', 'localhost:5672'), changed.replace('guest:***', 'other:***'), changed.replace(':5672', ':5673')]) {
+      const refused = await patch(created.body.id, { target_url: elsewhere })
+      expect(refused.status).toBe(422)
+      expect(((await refused.json()) as { errors: { path: string; message: string }[] }).errors).toEqual([
+        { path: '/target_url', message: 'shows the password as ***: give the password itself to reach another broker, port or user' },
+      ])
+    }
+    const fresh = await subscribe(changed.replace('message.after', 'message.new'), 'message.failed')
+    expect(fresh.status).toBe(422)
+  })
+
+  test('the URL exactly as shown and nothing else changes nothing (200, not an error)', async () => {
+    const created = await subscribe(`amqp://guest:guest@127.0.0.1:5672/?exchange=${exchange}&routing_key=message.same`, 'message.failed')
+    const same = await patch(created.body.id, { target_url: created.body.target_url })
+    expect(same.status).toBe(200)
+    expect(await same.json()).toEqual((({ secret: _secret, ...rest }) => rest)(created.body))
+    expect(await testSend(created.body.id)).toBeNull()
   })
 })
 

@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import { carriesCredentials, parseDestination, redactedTarget } from '../../../src/delivery/destinations/targets.ts'
+import { carriesCredentials, parseDestination, redactedTarget, restoreHiddenSecret } from '../../../src/delivery/destinations/targets.ts'
 import { checkCallbackUrl, checkTargetUrl } from '../../../src/hooks/service.ts'
 import { isForbiddenHost } from '../../../src/lib/security/outbound.ts'
 import { ApiError } from '../../../src/lib/http/errors.ts'
@@ -51,6 +51,7 @@ describe('parsing a broker target', () => {
     ['amqp://10.0.0.9?exchange=a&exchange=b', 'more than once'],
     ['amqp://:pw@10.0.0.9?exchange=a', 'a password needs a user name'],
     ['amqp://10.0.0.9?exchange=a#frag', 'fragment'],
+    ['amqp://10.0.0.9/a/b?exchange=a', 'the vhost is one path segment'],
   ])('%s is refused: %s', (target, message) => {
     expect(refusal(() => checkTargetUrl(target, local))).toContain(message)
   })
@@ -70,7 +71,8 @@ describe('what everyone sees of a broker target', () => {
 
 describe('the address rules, as for https', () => {
   test('without TLS only to a local broker, and only with WEBHOOK_ALLOW_PRIVATE_TARGETS', () => {
-    expect(refusal(() => checkTargetUrl('amqp://mq.example.com?exchange=e', local))).toBe('must use amqps://')
+    expect(refusal(() => checkTargetUrl('amqp://mq.example.com?exchange=e', local))).toBe('must use amqps:// (without TLS, only a loopback or private broker is reached)')
+    expect(refusal(() => checkTargetUrl('amqp://mq.example.com?exchange=e', production))).toBe('must use amqps://')
     expect(refusal(() => checkTargetUrl('nats://nats.example.com?subject=a', production))).toBe('must use tls://')
     expect(refusal(() => checkTargetUrl('nats://127.0.0.1?subject=a', production))).toStartWith('must use tls:// (a connection without TLS to a local address needs WEBHOOK_ALLOW_PRIVATE_TARGETS=true')
     expect(refusal(() => checkTargetUrl('amqps://10.1.2.3?exchange=e', production))).toStartWith('must not point at a private, loopback or link-local address')
@@ -80,5 +82,26 @@ describe('the address rules, as for https', () => {
   test('other schemes name what is accepted; an agent\'s MCP callback must be https', () => {
     expect(refusal(() => checkTargetUrl('ftp://example.com/x', production))).toBe('must use https, or name a message broker (amqps://, tls://: docs/webhooks.md#destinations)')
     expect(refusal(() => checkCallbackUrl('amqps://mq.example.com?exchange=e', production))).toBe('must use https')
+  })
+})
+
+describe('a changed URL that shows the stored password as ***', () => {
+  const stored = 'amqps://app:s3cret@mq.example.com/prod?exchange=e&routing_key=a'
+  test('to the same broker as the same user, the stored password comes back', () => {
+    expect(restoreHiddenSecret('amqps://app:***@mq.example.com/prod?exchange=e&routing_key=b', stored)).toBe('amqps://app:s3cret@mq.example.com/prod?exchange=e&routing_key=b')
+    expect(restoreHiddenSecret('tls://***@nats.example.com?subject=b', 'tls://tok3n@nats.example.com/?subject=a')).toBe('tls://tok3n@nats.example.com/?subject=b')
+  })
+  test.each([
+    ['another host', 'amqps://app:***@mq.example.org/prod?exchange=e'],
+    ['another port', 'amqps://app:***@mq.example.com:5999/prod?exchange=e'],
+    ['another user', 'amqps://ops:***@mq.example.com/prod?exchange=e'],
+    ['without TLS', 'amqp://app:***@mq.example.com/prod?exchange=e'],
+  ])('to %s, it must be given again', (_what, raw) => {
+    expect(() => restoreHiddenSecret(raw, stored)).toThrow('give the password itself')
+  })
+  test('nothing stored (a new subscription): refused; no *** at all: nothing to restore', () => {
+    expect(() => restoreHiddenSecret('amqps://app:***@mq.example.com?exchange=e', null)).toThrow('give the password itself')
+    expect(restoreHiddenSecret('amqps://app:new@mq.example.com?exchange=e', stored)).toBeNull()
+    expect(restoreHiddenSecret('https://example.com/***', stored)).toBeNull()
   })
 })
