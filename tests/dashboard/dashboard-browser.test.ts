@@ -206,7 +206,7 @@ test.if(runs)('an Ed25519 webhook: chosen on create, its public key shown and co
   expect(publicKey).toMatch(/^whpk_[A-Za-z0-9+/]{43}=$/)
 
   await page.getByRole('link', { name: 'Open the webhook' }).click()
-  await page.getByRole('heading', { level: 2, name: 'Verifying deliveries' }).waitFor()
+  await page.getByRole('heading', { level: 2, name: 'Signature', exact: true }).waitFor()
   expect(await page.textContent('#signature-fact')).toContain('Ed25519')
   expect(await page.textContent('#public-key')).toBe(publicKey)
   expect(await page.getByRole('link', { name: 'API reference' }).getAttribute('href')).toBe('/v0/docs')

@@ -29,7 +29,7 @@ export function PublicKey({ id, label, value }: { id: string; label: string; val
 export function SignatureSection({ hook }: { hook: Hook }) {
   return (
     <section class="card" aria-labelledby="signature-title">
-      <h2 id="signature-title">Verifying deliveries</h2>
+      <h2 id="signature-title">Signature</h2>
       {hook.signature === 'ed25519' && hook.public_key ? (
         <>
           <PublicKey id="public-key" label="Public key" value={hook.public_key} />
