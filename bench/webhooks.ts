@@ -46,9 +46,8 @@
  *           receivers recover (a healthy listener on the closed port, the hanging one answers 204)
  *           and the bench waits up to --recover-seconds (300) for every broken delivery. A broker kind recovers by PATCHing every broken
  *           subscription's target_url to the running broker (the machine's one cannot be stopped and
- *           started for a run), a bound queue or a stream there; RabbitMQ's deliveries are counted at
- *           the queue, NATS's by PubAck (account A's GET …/stats: the stream keeps one message per event,
- *           Nats-Msg-Id being the event id, so its subscriptions' copies are duplicates there).
+ *           started for a run), a bound queue or a stream there, where the deliveries are counted
+ *           (one routing key or subject per subscription).
  *           HOOKS_PER_ACCOUNT is raised to --broken.
  *   growth  PostgreSQL. One server, one database, never reset: 1, 10, 100 subscriptions (one account),
  *           then 10,000 (100 accounts × 100); --deliveries (20,000) per step, closed loop. Per step:
@@ -756,16 +755,10 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
     log(`recovery: ${BROKEN} target_url PATCHed to ${what} at ${BROKEN_KIND === 'rabbitmq' ? RABBITMQ_URL.host : NATS_URL.host} in ${((performance.now() - r0) / 1000).toFixed(1)} s`)
   }
   const groups = https ? ['refuse', 'hang'] : ['recovered']
-  // A stream keeps one message per Nats-Msg-Id (the event id) within its duplicate window, whatever the
-  // subject: the subscriptions' publishes of one event are one message there, each acknowledged
-  // (duplicate: true) and delivered (docs/webhooks.md#destinations). So NATS counts what the service
-  // says was acknowledged: account A's succeeded attempts (A has no other subscription).
-  const byPubAck = BROKEN_KIND === 'nats'
-  const acknowledged = async () => (await expectStatus(200, 'GET', `${rig.server.origin}${keyed(a, '/stats')}&interval=hour`)).totals.succeeded as number
   let delivered = 0
   let lastLog = r0
   for (;;) {
-    delivered = byPubAck ? await acknowledged() : onGroups(await rigStats(rig), groups).unique
+    delivered = onGroups(await rigStats(rig), groups).unique
     const elapsed = (performance.now() - r0) / 1000
     if (delivered >= expectedBroken || elapsed >= RECOVER_SECONDS) break
     if (performance.now() - lastLog >= 30_000) {
@@ -777,10 +770,9 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   const seconds = (performance.now() - r0) / 1000
   const cpu = stop()
   const all = delivered >= expectedBroken
-  log(`recovery: ${fmtInt(delivered)} of ${fmtInt(expectedBroken)} delivered${byPubAck ? ' (acknowledged by PubAck, from GET …/stats)' : ''} ${all ? `in ${seconds.toFixed(1)} s` : `when the wait ended after ${RECOVER_SECONDS} s`}`)
-  if (byPubAck) log(`  the stream holds ${fmtInt(onGroups(await rigStats(rig), groups).unique)} messages: one per event (${FAILED_MESSAGES} failed messages), its ${BROKEN} subscriptions' publishes of it being duplicates of one Nats-Msg-Id`)
+  log(`recovery: ${fmtInt(delivered)} of ${fmtInt(expectedBroken)} delivered ${all ? `in ${seconds.toFixed(1)} s` : `when the wait ended after ${RECOVER_SECONDS} s`}`)
   log(`  cores: ${fmtCores(cpu)}${delivered ? `; ${perDelivery(cpu, delivered, Object.keys(rig.brokers))}` : ''}`)
-  summary.push([`storm: recovery${https ? '' : ` (target_url PATCHed to the running broker${byPubAck ? ', counted by PubAck' : ''})`}, all ${fmtInt(expectedBroken)} delivered`, all ? `in ${seconds.toFixed(1)} s` : `NO: ${fmtInt(delivered)} within ${RECOVER_SECONDS} s`, '', ''])
+  summary.push([`storm: recovery${https ? '' : ' (target_url PATCHed to the running broker)'}, all ${fmtInt(expectedBroken)} delivered`, all ? `in ${seconds.toFixed(1)} s` : `NO: ${fmtInt(delivered)} within ${RECOVER_SECONDS} s`, '', ''])
 }
 
 /** Cumulative bucket counts of a Prometheus histogram (summed over label sets), or null when the metric is absent. */
