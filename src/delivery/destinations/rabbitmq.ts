@@ -129,35 +129,41 @@ export function createRabbitMqPool(policy: BrokerPolicy): BrokerPool<RabbitMqDes
       const onClosed = (failure: BrokerFailure) => settle(failure)
       const onAbort = () => settle(new BrokerFailure('timeout', `the broker did not confirm within ${policy.timeoutMs} ms`))
       target.waiting.add(onClosed)
+      if (signal.aborted) return onAbort()
       signal.addEventListener('abort', onAbort, { once: true })
-      target.channel.publish(
-        destination.exchange,
-        destination.routingKey,
-        Buffer.from(message.body),
-        {
-          mandatory: true,
-          persistent: true,
-          contentType: 'application/json',
-          messageId: message.id,
-          timestamp: Math.floor(message.now.getTime() / 1000),
-          type: message.type,
-          appId: 'messaging-service',
-          headers: message.headers,
-        },
-        (error: unknown) => {
-          const returned = target.returned.get(key) ?? 0
-          if (returned > 0) {
-            if (returned === 1) target.returned.delete(key)
-            else target.returned.set(key, returned - 1)
-          }
-          if (!target.waiting.has(onClosed)) return
-          // amqplib answers every unconfirmed publish with an error when the channel closes, before the channel's own 'close' listeners run.
-          if (error && (error as Error).message !== 'message nacked') settle(target.closed ?? new BrokerFailure('connection', 'the connection to the broker closed before it confirmed the message'))
-          else if (error) settle(new BrokerFailure('nacked', 'the broker refused the message (negative acknowledgement)'))
-          else if (returned > 0) settle(new BrokerFailure('unroutable', `unroutable: no queue is bound to exchange '${destination.exchange}' with routing key '${destination.routingKey}'`))
-          else settle(null)
-        },
-      )
+      try {
+        target.channel.publish(
+          destination.exchange,
+          destination.routingKey,
+          Buffer.from(message.body),
+          {
+            mandatory: true,
+            persistent: true,
+            contentType: 'application/json',
+            messageId: message.id,
+            timestamp: Math.floor(message.now.getTime() / 1000),
+            type: message.type,
+            appId: 'messaging-service',
+            headers: message.headers,
+          },
+          (error: unknown) => {
+            const returned = target.returned.get(key) ?? 0
+            if (returned > 0) {
+              if (returned === 1) target.returned.delete(key)
+              else target.returned.set(key, returned - 1)
+            }
+            if (!target.waiting.has(onClosed)) return
+            // amqplib answers every unconfirmed publish with an error when the channel closes, before the channel's own 'close' listeners run.
+            if (error && (error as Error).message !== 'message nacked') settle(target.closed ?? new BrokerFailure('connection', 'the connection to the broker closed before it confirmed the message'))
+            else if (error) settle(new BrokerFailure('nacked', 'the broker refused the message (negative acknowledgement)'))
+            else if (returned > 0) settle(new BrokerFailure('unroutable', `unroutable: no queue is bound to exchange '${destination.exchange}' with routing key '${destination.routingKey}'`))
+            else settle(null)
+          },
+        )
+      } catch (error) {
+        // A channel that closed meanwhile refuses the publish at once.
+        settle(target.closed ?? BrokerFailure.ofNetwork(error, 'publishing'))
+      }
     })
 
   return {
