@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import { connect, type Channel, type ChannelModel, type GetMessage } from 'amqplib'
 import { startTestServer } from '../../support/server.ts'
+import { until } from '../../support/until.ts'
 
 setDefaultTimeout(120_000)
 
@@ -78,16 +79,6 @@ async function call(method: string, path: string, body?: unknown) {
     ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
   })
   return { status: response.status, body: (response.status === 204 ? null : await response.json()) as any }
-}
-
-async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs: number, what: string): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const value = await read()
-    if (done(value)) return value
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms; last: ${JSON.stringify(value).slice(0, 2000)}`)
-    await Bun.sleep(100)
-  }
 }
 
 const deliveriesOf = async (hookId: string): Promise<any[]> => (await call('GET', `/hooks/${hookId}/deliveries?limit=100`)).body.data

@@ -4,6 +4,7 @@ import { jetstream, jetstreamManager, type JetStreamManager, type StoredMsg } fr
 import { Webhook } from 'standardwebhooks'
 import { startTestServer } from '../../support/server.ts'
 import { startPrivateNatsServer, type NatsUser, type PrivateNatsServer } from '../../support/nats-server.ts'
+import { until } from '../../support/until.ts'
 
 setDefaultTimeout(60_000)
 
@@ -100,16 +101,6 @@ async function account() {
       expect(stats.status).toBe(200)
       return stats.body.totals.failures
     },
-  }
-}
-
-async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs: number, what: string): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const value = await read()
-    if (done(value)) return value
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms; last: ${JSON.stringify(value).slice(0, 2000)}`)
-    await Bun.sleep(100)
   }
 }
 

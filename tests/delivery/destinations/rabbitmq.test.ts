@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { connect, type Channel, type ChannelModel, type GetMessage } from 'amqplib'
 import { Webhook } from 'standardwebhooks'
 import { startTestServer } from '../../support/server.ts'
+import { until } from '../../support/until.ts'
 
 setDefaultTimeout(30_000)
 
@@ -97,15 +98,6 @@ async function attemptErrors(hookId: string): Promise<(string | null)[]> {
 async function failuresOf(hookId: string): Promise<Record<string, number>> {
   const stats = (await (await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookId}/stats?interval=minute&key=${owner.secret}`)).json()) as { totals: { failures: Record<string, number> } }
   return stats.totals.failures
-}
-
-async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 10_000): Promise<T> {
-  const stop = Date.now() + timeoutMs
-  for (;;) {
-    const value = await read()
-    if (done(value) || Date.now() > stop) return value
-    await Bun.sleep(100)
-  }
 }
 
 describe('a RabbitMQ destination that cannot take the message', () => {
