@@ -42,7 +42,10 @@
  *           stopped broker behind 200 subscriptions). Then --failed-messages (200) of its messages fail
  *           (recipient ending 0000): broken × 200 deliveries. Meanwhile account B's one healthy
  *           subscription gets --storm-rate (100) messages/s for --storm-seconds (20): its p50/p99
- *           and delivered count (target p99 < 100 ms, PGlite 250, all delivered). Then the broken
+ *           and delivered count (target p99 < 100 ms, PGlite 250, all delivered); on PostgreSQL also
+ *           where B's time went per stage from the database's clocks (message, event and attempt rows),
+ *           the worker's claims meanwhile, and how many due subscriptions were ahead of B's
+ *           (hook_queues, sampled every 20 ms). Then the broken
  *           receivers recover (a healthy listener on the closed port, the hanging one answers 204)
  *           and the bench waits up to --recover-seconds (300) for every broken delivery. A broker kind recovers by PATCHing every broken
  *           subscription's target_url to the running broker (the machine's one cannot be stopped and
@@ -718,6 +721,25 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   const expectedBroken = FAILED_MESSAGES * BROKEN
   log(`storm: B at ${STORM_RATE}/s for ${STORM_SECONDS} s; after 1 s, ${FAILED_MESSAGES} of A's messages fail → ${fmtInt(expectedBroken)} deliveries to broken receivers`)
   let failedLoad: Load | undefined
+  const stormStartedAt = new Date()
+  const claimsBefore = await histogram(rig, 'messaging_webhook_claim_duration_seconds')
+  // How many subscriptions are due at once while B's messages arrive: the claim looks at them oldest due first.
+  // And, when B's subscription is due, how many due ones are ahead of it in that order.
+  const dueSamples: number[] = []
+  const aheadOfB: number[] = []
+  let sampling = Boolean(rig.sql)
+  const sampler = (async () => {
+    while (sampling) {
+      const [row] = await rig.sql!`
+        select count(*) filter (where q.due_at <= now())::int as due,
+               count(*) filter (where q.due_at < b.due_at and q.due_at <= now())::int as ahead,
+               bool_or(b.due_at <= now()) as b_due
+        from hook_queues q, (select qb.due_at from hook_queues qb join hooks h on h.id = qb.hook_id where h.account_id = ${b.id}) b`
+      dueSamples.push(Number(row!.due))
+      if (row!.b_due) aheadOfB.push(Number(row!.ahead))
+      await sleep(20)
+    }
+  })()
   const healthy = await measure(rig, {
     label: `storm: B's healthy subscription at ${STORM_RATE}/s`,
     groups: ['healthy'],
@@ -736,6 +758,18 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
     const rows = await rig.sql`select d.status, count(*)::int as n, sum(d.attempts)::int as attempts from deliveries d join hooks h on h.id = d.hook_id where h.account_id = ${a.id} group by 1 order by 1`
     log(`  A's deliveries now: ${rows.map((r) => `${r.status} ${fmtInt(r.n)}`).join(', ')}; ${fmtInt(rows.reduce((s, r) => s + r.attempts, 0))} attempts so far`)
   }
+  sampling = false
+  await sampler
+  const claimsAfter = await histogram(rig, 'messaging_webhook_claim_duration_seconds')
+  const claims = (claimsAfter?.get(Infinity) ?? 0) - (claimsBefore?.get(Infinity) ?? 0)
+  log(`  the delivery worker's claims meanwhile: ${fmtInt(claims)}, p99 ${histogramP99(claimsBefore, claimsAfter)} (the metrics' histogram bucket)`)
+  if (dueSamples.length) {
+    const due = percentiles(dueSamples)
+    log(`  subscriptions due at once (hook_queues, sampled every 20 ms, ${dueSamples.length} samples): p50 ${fmtInt(due.p50)}, p99 ${fmtInt(due.p99)}, max ${fmtInt(Math.max(...dueSamples))}`)
+    const ahead = percentiles(aheadOfB)
+    log(`  B's subscription found due in ${aheadOfB.length} samples; due subscriptions ahead of it then: p50 ${fmtInt(ahead.p50)}, p99 ${fmtInt(ahead.p99)}`)
+  }
+  if (rig.sql) await printTimeline(rig.sql, b.id, stormStartedAt)
   const goal = PG ? 100 : 250
   summary.push(
     target(`storm: B delivered, p50 / p99 (${fmtInt(expectedBroken)} broken ${what} deliveries queued)`, `${fmtInt(healthy.delivered)} of ${fmtInt(healthy.load.sent)}, ${fmtMs(healthy.latency.p50)} / ${fmtMs(healthy.latency.p99)}`, `all, p99 < ${goal} ms`, healthy.drained && !healthy.load.dropped && healthy.latency.p99 < goal),
@@ -773,6 +807,41 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   log(`recovery: ${fmtInt(delivered)} of ${fmtInt(expectedBroken)} delivered ${all ? `in ${seconds.toFixed(1)} s` : `when the wait ended after ${RECOVER_SECONDS} s`}`)
   log(`  cores: ${fmtCores(cpu)}${delivered ? `; ${perDelivery(cpu, delivered, Object.keys(rig.brokers))}` : ''}`)
   summary.push([`storm: recovery${https ? '' : ' (target_url PATCHed to the running broker)'}, all ${fmtInt(expectedBroken)} delivered`, all ? `in ${seconds.toFixed(1)} s` : `NO: ${fmtInt(delivered)} within ${RECOVER_SECONDS} s`, '', ''])
+}
+
+/**
+ * Where a healthy subscription's send → receipt went during the storm, per stage and from the
+ * database's own clocks (docs/performance.md): the message's text holds its send time, the
+ * message row when it was accepted, the event row when its settlement was written, the attempt
+ * row when the attempt was recorded (`attempted_at`, the recording's time: less its duration, the
+ * wait for the claim and for the record together). `now()` is each writing transaction's start.
+ */
+async function printTimeline(sql: Sql, accountId: string, since: Date): Promise<void> {
+  const stages = await sql`
+    with timeline as (
+      select substring(m.body from 't=([0-9]+)')::bigint as sent_ms,
+             extract(epoch from m.created_at) * 1000 as accepted_ms,
+             extract(epoch from e.created_at) * 1000 as settled_ms,
+             extract(epoch from a.attempted_at) * 1000 - a.duration_ms as started_ms,
+             a.duration_ms::float8 as duration_ms,
+             extract(epoch from a.attempted_at) * 1000 as recorded_ms
+      from messages m
+      join events e on e.account_id = m.account_id and e.payload::jsonb #>> '{data,message,id}' = m.id
+      join deliveries d on d.event_id = e.id
+      join delivery_attempts a on a.delivery_id = d.id
+      where m.account_id = ${accountId} and m.created_at >= ${since} and not e.test
+    )
+    select stage, count(*)::int as n, percentile_cont(0.5) within group (order by ms) as p50, percentile_cont(0.99) within group (order by ms) as p99, max(ms) as max
+    from timeline, lateral (values
+      ('1 send → accepted (message row)', accepted_ms - sent_ms),
+      ('2 accepted → settled (event row)', settled_ms - accepted_ms),
+      ('3 settled → recorded, less the attempt (claim and record waits)', started_ms - settled_ms),
+      ('4 the attempt (request → answer)', duration_ms),
+      ('send → attempt recorded', recorded_ms - sent_ms)
+    ) as s(stage, ms)
+    group by stage order by stage`
+  log(`  where B's time went (${fmtInt(stages[0]?.n ?? 0)} attempts, from the database's clocks; ms):`)
+  printTable([['stage', 'p50', 'p99', 'max'], ...stages.map((row) => [String(row.stage), fmtFixed(Number(row.p50), 1), fmtFixed(Number(row.p99), 1), fmtFixed(Number(row.max), 1)])])
 }
 
 /** Cumulative bucket counts of a Prometheus histogram (summed over label sets), or null when the metric is absent. */
