@@ -77,6 +77,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   let wokenWhileClaiming = false
   let stopped = false
   const finished: RecordedAttempt[] = []
+  let recording: RecordedAttempt[] = []
   let flushing: Promise<void> | null = null
   let idle: (() => void) | null = null
 
@@ -125,6 +126,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       defaultAccountAllowance: flow.accountShare(undefined, concurrency),
       suspectAllowance: Math.max(0, Math.floor(concurrency / 2) - suspectsInFlight),
       maxPerHook: options.maxPerHook,
+      // A slot is free once its attempt ends, not once it is recorded: a subscription at its maximum would
+      // otherwise wait for every record too (docs/performance.md, issue 37).
+      endedUnrecorded: [...recording, ...finished].map((attempt) => attempt.deliveryId),
     }
   }
 
@@ -154,12 +158,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     flushing = (async () => {
       while (finished.length > 0) {
         const batch = finished.splice(0)
+        recording = batch
         try {
           await store.record(batch)
         } catch (error) {
           // The leases run out and these deliveries are sent again: at-least-once holds, the log misses these attempts.
           options.onError(`recording ${batch.length} delivery attempts failed`, error)
         }
+        recording = []
       }
       flushing = null
       if (!stopped) void claimWhileSlotsFree()

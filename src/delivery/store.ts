@@ -54,6 +54,11 @@ export interface ClaimOptions {
   suspectAllowance: number
   /** Deliveries of one subscription in flight at once, across every sender on the database (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION). */
   maxPerHook: number
+  /**
+   * Deliveries whose attempt this sender has ended but not yet recorded: their rows are still
+   * leased, but nothing of them is in flight, so they do not count against `maxPerHook`.
+   */
+  endedUnrecorded?: string[]
 }
 
 export interface ClaimResult {
@@ -202,7 +207,8 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
           ),
           held as (
             -- One probe of deliveries_leased_idx per subscription: a join here lets the planner pick a scan of the whole table.
-            select d.*, (select count(*)::int from deliveries x where x.hook_id = d.hook_id and x.leased_until is not null and x.leased_until >= now()) as held
+            select d.*, (select count(*)::int from deliveries x where x.hook_id = d.hook_id and x.leased_until is not null and x.leased_until >= now()
+                           and x.id <> all(array(select jsonb_array_elements_text(${JSON.stringify(options.endedUnrecorded ?? [])}::jsonb)))) as held
             from due d
             where d.status = 'active' and (d.expires_at is null or d.expires_at > now()) and (d.throttled_until is null or d.throttled_until <= now())
           ),

@@ -147,6 +147,59 @@ describe('the dispatcher', () => {
     expect(memory.recorded.flat().map((attempt) => attempt.deliveryId)).toEqual(['dlv_7'])
   })
 
+  test('a claim made while attempts wait to be recorded, or are being recorded, names them: their slots are free (src/delivery/store.ts)', async () => {
+    const memory = memoryStore([delivery(1), delivery(2), delivery(3)])
+    let releaseRecord!: () => void
+    const recordReleased = new Promise<void>((resolve) => (releaseRecord = resolve))
+    const recordStarted: RecordedAttempt[][] = []
+    const store: DeliveryStore = {
+      claim: memory.store.claim,
+      async record(attempts) {
+        recordStarted.push(attempts)
+        await recordReleased
+        memory.recorded.push(attempts)
+      },
+    }
+    // dlv_1 and dlv_2 answer at once; dlv_3 waits, so a second batch forms while the first is being recorded.
+    let answerThird!: () => void
+    const thirdAnswers = new Promise<void>((resolve) => (answerThird = resolve))
+    const dispatcher = createDispatcher({
+      store,
+      send: async (item) => {
+        if (item.id === 'dlv_3') await thirdAnswers
+        return ok
+      },
+      schedule: [0],
+      concurrency: 8,
+      flow: { initialWindow: 8, maxWindow: 8 },
+      maxPerHook: 8,
+      leaseMs: 60_000,
+      pollMs: 60_000,
+      onError: (message, error) => {
+        throw new Error(`${message}: ${error}`)
+      },
+    })
+    await until(() => recordStarted.length === 1)
+    const beingRecorded = recordStarted[0]!.map((attempt) => attempt.deliveryId)
+    answerThird()
+    await Bun.sleep(5)
+    dispatcher.wake()
+    await until(() => memory.claims.some((claim) => (claim.endedUnrecorded ?? []).includes('dlv_3')))
+    const during = memory.claims.find((claim) => (claim.endedUnrecorded ?? []).includes('dlv_3'))!
+    // The batch being recorded, and the attempts that ended after it was cut.
+    expect(beingRecorded).toContain('dlv_1')
+    expect([...during.endedUnrecorded!].sort()).toEqual(['dlv_1', 'dlv_2', 'dlv_3'])
+    releaseRecord()
+    await until(() => memory.recorded.flat().length === 3)
+    expect(memory.recorded.flat().map((attempt) => attempt.deliveryId).sort()).toEqual(['dlv_1', 'dlv_2', 'dlv_3'])
+    // Once recorded, they are named no more.
+    const claimsSoFar = memory.claims.length
+    dispatcher.wake()
+    await until(() => memory.claims.length > claimsSoFar)
+    expect(memory.claims.at(-1)!.endedUnrecorded).toEqual([])
+    await dispatcher.stop()
+  })
+
   test('a store that fails is reported, and the dispatcher keeps going', async () => {
     let failClaim = true
     const errors: string[] = []

@@ -207,6 +207,28 @@ describe('in flight per subscription', () => {
     expect(mine(await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }))).toHaveLength(1)
   })
 
+  test('an attempt the sender has ended but not yet recorded holds no slot: its delivery stays leased, and is not claimed again', async () => {
+    const { owner, hook } = await eventFor('/ended-unrecorded')
+    await moreEvents(owner, 4)
+    const mine = <T extends { hookId: string }>(items: T[]) => items.filter((item) => item.hookId === hook.id)
+    const options = { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 }
+    const first = mine(await claimRows(db, options))
+    expect(first).toHaveLength(2)
+    // A new event marks the subscription due (recording would, too).
+    await moreEvents(owner, 1)
+    expect(mine(await claimRows(db, options))).toHaveLength(0)
+    await moreEvents(owner, 1)
+    // Another sender's ended attempts, or ids that are not leased, free nothing.
+    expect(mine(await claimRows(db, { ...options, endedUnrecorded: ['dlv_not_leased'] }))).toHaveLength(0)
+    await moreEvents(owner, 1)
+    const freed = mine(await claimRows(db, { ...options, endedUnrecorded: [first[0]!.id] }))
+    expect(freed).toHaveLength(1)
+    expect(first.map((item) => item.id)).not.toContain(freed[0]!.id)
+    // Now three are leased, one of them ended: the maximum is reached again.
+    await moreEvents(owner, 1)
+    expect(mine(await claimRows(db, { ...options, endedUnrecorded: [first[0]!.id] }))).toHaveLength(0)
+  })
+
   test("one subscription's backlog does not hide another's due delivery from the next claim", async () => {
     const slow = await eventFor('/backlog')
     await moreEvents(slow.owner, 80)
