@@ -93,14 +93,19 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         let emptyClaims = 0
         while (!stopped && inFlight < concurrency) {
           const startedAt = performance.now()
-          const claimed = await store.claim(claimOptions(concurrency - inFlight))
+          const limit = concurrency - inFlight
+          const claimed = await store.claim(claimOptions(limit))
           options.onClaim?.(performance.now() - startedAt)
           for (const delivery of claimed.deliveries) void sendOne(delivery)
-          // Claim again while it got something; a claim that got nothing ends the round unless it
-          // looked at as many due subscriptions as it may (those had no room and went to the back
-          // of the line: the next ones may have some), a few times at most.
+          // Claim again while a claim may have left work behind: it took as many as it was asked,
+          // or it looked at as many due subscriptions as it may (those with no room went to the
+          // back of the line: the next ones may have some; a few empty claims of that kind at
+          // most). One that took less and saw every due subscription took all it could: another
+          // now would find nothing (each claim is planned afresh on PGlite, ~6 ms of its one
+          // thread: docs/performance.md, issue 37). New work wakes the dispatcher; slots that free
+          // up bring a claim after their record.
           emptyClaims = claimed.deliveries.length > 0 ? 0 : emptyClaims + 1
-          if (claimed.deliveries.length === 0 && (!claimed.more || emptyClaims >= MAX_EMPTY_CLAIMS)) break
+          if (claimed.deliveries.length < limit && (!claimed.more || emptyClaims >= MAX_EMPTY_CLAIMS)) break
         }
       } while (wokenWhileClaiming && !stopped && inFlight < concurrency)
     } catch (error) {

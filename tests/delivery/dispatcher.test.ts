@@ -147,6 +147,43 @@ describe('the dispatcher', () => {
     expect(memory.recorded.flat().map((attempt) => attempt.deliveryId)).toEqual(['dlv_7'])
   })
 
+  test('a claim that took less than it asked for and saw every due subscription ends the round; a full one, or one that saw as many as it may, is followed by another', async () => {
+    const memory = memoryStore([delivery(1, 'hook_1'), delivery(2, 'hook_2')])
+    const releases: (() => void)[] = []
+    const store: DeliveryStore = {
+      // The third claim says it looked at as many due subscriptions as it may (`more`).
+      claim: async (options) => ({ ...(await memory.store.claim(options)), more: memory.claims.length === 3 }),
+      record: memory.store.record,
+    }
+    const dispatcher = createDispatcher({
+      store,
+      send: () => new Promise<AttemptResult>((resolve) => releases.push(() => resolve(ok))),
+      schedule: [0],
+      concurrency: 8,
+      flow: { initialWindow: 8, maxWindow: 8 },
+      maxPerHook: 8,
+      leaseMs: 60_000,
+      pollMs: 60_000,
+      onError: () => {},
+    })
+    await until(() => dispatcher.stats().inFlight === 2)
+    await Bun.sleep(20)
+    // Two of a limit of 8, and every due subscription seen: no empty claim after it.
+    expect(memory.claims.map((claim) => claim.limit)).toEqual([8])
+    // Woken with as many due as the slots left: that claim takes all it asked for, and no slot is left to claim more.
+    memory.due.push(...Array.from({ length: 6 }, (_, i) => delivery(10 + i, `hook_${10 + i}`)))
+    dispatcher.wake()
+    await until(() => dispatcher.stats().inFlight === 8)
+    await Bun.sleep(20)
+    expect(memory.claims.map((claim) => claim.limit)).toEqual([8, 6])
+    // The records free the slots: a claim follows them; it found nothing but says there may be more, so one more follows, and that ends the round.
+    releases.splice(0).forEach((release) => release())
+    await until(() => memory.recorded.flat().length === 8 && memory.claims.length === 4)
+    await Bun.sleep(20)
+    expect(memory.claims.length).toBe(4)
+    await dispatcher.stop()
+  })
+
   test('a claim made while attempts wait to be recorded, or are being recorded, names them: their slots are free (src/delivery/store.ts)', async () => {
     const memory = memoryStore([delivery(1), delivery(2), delivery(3)])
     let releaseRecord!: () => void
