@@ -10,13 +10,22 @@
  * batch (the first batch is one item): items that each cost a thousand rows go a few at a
  * time, so no statement runs for seconds holding its rows (docs/performance.md, the storm).
  *
+ * With `cost.share` as well, a batch that cost at least half of `cost.max` (a wide fan-out) and
+ * has another behind it waits first, so that such batches take at most that share of the
+ * lane's time: on PGlite the database and the event loop are one thread, and a fan-out written
+ * back to back left no turn to anyone else's statements (docs/performance.md, issue 37).
+ *
  * A batch that fails is retried one item at a time, so one bad item fails alone.
  */
 export interface BatcherOptions<Item, Result> {
   maxBatch: number
   lingerMs?: number
-  cost?: { of(items: Item[], results: Result[]): number; max: number }
+  cost?: { of(items: Item[], results: Result[]): number; max: number; share?: number }
+  /** Time, for tests: `performance.now` and a timer by default. */
+  clock?: { now(): number; sleep(ms: number): Promise<void> }
 }
+
+const systemClock = { now: () => performance.now(), sleep: (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)) }
 
 export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Result[]>, options: BatcherOptions<Item, Result>) {
   type Waiting = { item: Item; resolve(result: Result): void; reject(error: unknown): void }
@@ -27,11 +36,21 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
   // Until a batch has shown what an item costs, one item at a time: it might be a thousand rows.
   const batchSize = () => (!options.cost ? options.maxBatch : costPerItem > 0 ? Math.max(1, Math.min(options.maxBatch, Math.floor(options.cost.max / costPerItem))) : 1)
 
+  const clock = options.clock ?? systemClock
+  // How long the lane waits before its next batch: set by a wide batch (`cost.share`).
+  let pauseMs = 0
+
   const settle = async (batch: Waiting[]) => {
     try {
       const items = batch.map((waiting) => waiting.item)
+      const startedAt = clock.now()
       const results = await run(items)
-      if (options.cost) costPerItem = options.cost.of(items, results) / batch.length
+      if (options.cost) {
+        const cost = options.cost.of(items, results)
+        costPerItem = cost / batch.length
+        const share = options.cost.share
+        if (share && share < 1 && cost >= options.cost.max / 2) pauseMs = ((clock.now() - startedAt) * (1 - share)) / share
+      }
       batch.forEach((waiting, index) => waiting.resolve(results[index]!))
     } catch (error) {
       if (batch.length === 1) return batch[0]!.reject(error)
@@ -41,8 +60,13 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
 
   const drain = async () => {
     draining = true
-    if (options.lingerMs) await new Promise((resolve) => setTimeout(resolve, options.lingerMs))
-    while (queue.length > 0) await settle(queue.splice(0, batchSize()))
+    if (options.lingerMs) await clock.sleep(options.lingerMs)
+    while (queue.length > 0) {
+      if (pauseMs > 0) await clock.sleep(pauseMs)
+      pauseMs = 0
+      await settle(queue.splice(0, batchSize()))
+    }
+    pauseMs = 0
     draining = false
   }
 

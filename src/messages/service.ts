@@ -110,8 +110,25 @@ interface Settlement {
   trace_context: string | null
 }
 
-/** Deliveries one settlement statement aims to write at most (one message's fan-out may write more). */
-const SETTLEMENT_ROWS = 2000
+/**
+ * How wide fan-outs are written. On PostgreSQL a settlement statement aims at 2,000 deliveries
+ * and runs on a connection of its own, beside everyone else's statements (pausing between them
+ * did not shorten anyone's wait there). On PGlite every statement runs on the server's one
+ * thread, one at a time: a fan-out's statements are smaller (500 deliveries, 20–30 ms) and take
+ * at most half of the time, so that the worker's claims and records and other accounts'
+ * settlements get turns in between (docs/performance.md, issue 37).
+ */
+export interface FanOutPace {
+  /** Deliveries one settlement statement aims to write at most (one message's fan-out may write more). */
+  rowsPerStatement: number
+  /** The share of the time a wide fan-out's statements may take (src/messages/batcher.ts); 1: back to back. */
+  share: number
+}
+
+export const FAN_OUT_PACE: Record<'postgres' | 'pglite', FanOutPace> = {
+  postgres: { rowsPerStatement: 2000, share: 1 },
+  pglite: { rowsPerStatement: 500, share: 0.5 },
+}
 
 /** Records one settlement; resolves to the number of deliveries its batch queued. */
 export type MessageSettler = (settlement: Settlement) => Promise<number>
@@ -123,7 +140,7 @@ export type MessageSettler = (settlement: Settlement) => Promise<number>
  * per account: an account whose events fan out to a thousand subscriptions writes thousands of
  * rows per message, and another account's settlements are not made to wait for that statement.
  */
-export function createMessageSettler(db: Database): MessageSettler {
+export function createMessageSettler(db: Database, pace: FanOutPace = FAN_OUT_PACE.postgres): MessageSettler {
   const batcher = createKeyedBatcher<Settlement, number>(
     (settlement) => settlement.account_id,
     async (batch) => {
@@ -148,9 +165,9 @@ export function createMessageSettler(db: Database): MessageSettler {
     },
     // Nobody waits on a settlement (the API answered already): a millisecond gathers a busy moment's into one
     // statement. An account whose events fan out wide settles fewer messages per statement, so that each writes
-    // about SETTLEMENT_ROWS deliveries: 200 messages to 1,000 subscriptions were two statements of 5 and 13 s
+    // about `rowsPerStatement` deliveries: 200 messages to 1,000 subscriptions were two statements of 5 and 13 s
     // (docs/performance.md, the storm), whose locks and commits stalled everyone else's deliveries.
-    { maxBatch: 256, lingerMs: 1, cost: { of: (_items, results) => results[0] ?? 0, max: SETTLEMENT_ROWS } },
+    { maxBatch: 256, lingerMs: 1, cost: { of: (_items, results) => results[0] ?? 0, max: pace.rowsPerStatement, share: pace.share } },
   )
   return batcher.submit
 }

@@ -62,6 +62,50 @@ describe('createBatcher with a cost', () => {
   })
 })
 
+describe('createBatcher with a cost and a share', () => {
+  test('a wide batch with another behind it waits so that wide batches take at most the share of the time; narrow ones go back to back', async () => {
+    let now = 0
+    const events: string[] = []
+    const clock = {
+      now: () => now,
+      sleep: async (ms: number) => {
+        events.push(`pause ${ms}`)
+        now += ms
+      },
+    }
+    const batcher = createBatcher<number, number>(
+      async (items) => {
+        // Each batch runs 30 ms and "writes" as many rows as its items' values.
+        events.push(`batch ${items.join('+')}`)
+        now += 30
+        const rows = items.reduce((sum, item) => sum + item, 0)
+        return items.map(() => rows)
+      },
+      { maxBatch: 100, cost: { of: (_items, results) => results[0]!, max: 1000, share: 0.25 }, clock },
+    )
+    await Promise.all([batcher.submit(1000), batcher.submit(1000), batcher.submit(1000)])
+    // 30 ms of writing may be a quarter of the time: 90 ms of pause before each batch that follows a wide one, none after the last.
+    expect(events).toEqual(['batch 1000', 'pause 90', 'batch 1000', 'pause 90', 'batch 1000'])
+    // Narrow batches (under half of the maximum): no pause.
+    events.length = 0
+    await Promise.all([batcher.submit(100), batcher.submit(100), batcher.submit(100)])
+    expect(events.filter((event) => event.startsWith('pause'))).toEqual([])
+  })
+
+  test('without a share (or a share of 1), wide batches go back to back', async () => {
+    for (const share of [undefined, 1]) {
+      const sleeps: number[] = []
+      const batcher = createBatcher<number, number>(async (items) => items.map(() => 1000), {
+        maxBatch: 1,
+        cost: { of: (_items, results) => results[0]!, max: 1000, share },
+        clock: { now: () => 0, sleep: async (ms) => void sleeps.push(ms) },
+      })
+      await Promise.all([batcher.submit(1), batcher.submit(2), batcher.submit(3)])
+      expect(sleeps).toEqual([])
+    }
+  })
+})
+
 describe('createKeyedBatcher', () => {
   test("a slow batch of one key delays only that key's items: another key's are written beside it, batched among themselves", async () => {
     const batches: string[][] = []
