@@ -51,11 +51,21 @@ export function toMessageResource(message: Message): MessageResource {
 export type MessageStorer = (message: Message) => Promise<void>
 
 /**
- * Stores outbound messages in batches (src/messages/batcher.ts): the messages accepted while one
- * batch is being written are inserted together, one statement and one commit for all of them.
- * Each request still answers only after its own message is committed.
+ * How long the first message of a batch waits for company, per database. PGlite answers within
+ * the same turn of the event loop (it runs on this thread), so without a wait nothing is ever
+ * "being written" when the next request arrives: every message was a statement of its own, and
+ * a burst of a few hundred held the thread for 300 ms at a time (docs/performance.md, issue 37).
+ * PostgreSQL answers over the network, and the messages accepted meanwhile go in the next batch.
  */
-export function createMessageStorer(db: Database): MessageStorer {
+export const STORE_LINGER_MS: Record<'postgres' | 'pglite', number> = { postgres: 0, pglite: 1 }
+
+/**
+ * Stores outbound messages in batches (src/messages/batcher.ts): the messages accepted while one
+ * batch is being written (or while the first waits `lingerMs`) are inserted together, one
+ * statement and one commit for all of them. Each request still answers only after its own
+ * message is committed.
+ */
+export function createMessageStorer(db: Database, lingerMs = STORE_LINGER_MS.postgres): MessageStorer {
   const batcher = createBatcher<Message, void>(
     async (batch) => {
       const rows = batch.map((message) => ({
@@ -75,7 +85,7 @@ export function createMessageStorer(db: Database): MessageStorer {
         select 1`)
       return batch.map(() => undefined)
     },
-    { maxBatch: 256 },
+    { maxBatch: 256, lingerMs },
   )
   return batcher.submit
 }

@@ -39,6 +39,36 @@ describe('createBatcher', () => {
   })
 })
 
+describe('createBatcher with a linger', () => {
+  // A database on this thread (PGlite) answers before the event loop turns: a batch is written and done before the next request is read.
+  const writtenAtOnce = () => {
+    const batches: number[][] = []
+    return { batches, run: async (items: number[]) => (batches.push(items), items) }
+  }
+  const submitOnePerTurn = async (submit: (item: number) => Promise<number>) => {
+    const results: Promise<number>[] = []
+    for (let item = 1; item <= 4; item++) {
+      results.push(submit(item))
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+    return Promise.all(results)
+  }
+
+  test('without one, items arriving one turn of the event loop apart are written one by one', async () => {
+    const store = writtenAtOnce()
+    const batcher = createBatcher(store.run, { maxBatch: 100 })
+    expect(await submitOnePerTurn(batcher.submit)).toEqual([1, 2, 3, 4])
+    expect(store.batches).toEqual([[1], [2], [3], [4]])
+  })
+
+  test('with one, the first item waits for the others, and they are written together', async () => {
+    const store = writtenAtOnce()
+    const batcher = createBatcher(store.run, { maxBatch: 100, lingerMs: 20 })
+    expect(await submitOnePerTurn(batcher.submit)).toEqual([1, 2, 3, 4])
+    expect(store.batches).toEqual([[1, 2, 3, 4]])
+  })
+})
+
 describe('createBatcher with a cost', () => {
   test('batches are cut so their cost stays near the maximum, judged by the last batch; items dearer than the maximum go one at a time', async () => {
     const batches: number[][] = []
