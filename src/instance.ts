@@ -19,7 +19,7 @@ import { createAccountReader } from './accounts/account-cache.ts'
 import { createApiKeyAuthenticator, newApiKeyCache } from './auth/authenticator.ts'
 import { createBearerAuthenticator } from './auth/bearer.ts'
 import { sandboxCarrier } from './messages/carrier.ts'
-import { FAN_OUT_PACE, STORE_LINGER_MS, createMessageSettler, createMessageStorer, startQueuedCatchUp, type MessageDeps } from './messages/service.ts'
+import { MESSAGE_WRITES, createMessageSettler, createMessageStorer, startQueuedCatchUp, type MessageDeps } from './messages/service.ts'
 import { prepareActiveKeyLookup } from './auth/api-keys.ts'
 import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/security/secret-box.ts'
 import { createDpopVerifier } from './lib/security/dpop.ts'
@@ -144,7 +144,7 @@ export async function createInstance(options: {
     worker?.wake()
     notifier?.committed()
   }
-  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, storeMessage: createMessageStorer(handle.db, STORE_LINGER_MS[handle.kind]), settleMessage: createMessageSettler(handle.db, FAN_OUT_PACE[handle.kind]), deliveriesQueued, tracing }
+  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, storeMessage: createMessageStorer(handle.db, MESSAGE_WRITES[handle.kind]), settleMessage: createMessageSettler(handle.db, MESSAGE_WRITES[handle.kind]), deliveriesQueued, tracing }
   const app = createApp({
     config,
     db: handle.db,

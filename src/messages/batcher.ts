@@ -3,7 +3,11 @@
  * next one, so a busy path makes one statement (one round trip, one commit) per batch instead
  * of one per item, and an idle one adds no delay (the first item is written at once). With
  * `lingerMs`, a batch waits that long for company first (Kafka's linger.ms): for work nobody
- * waits on, where a millisecond of delay buys fewer, larger statements.
+ * waits on, where a millisecond of delay buys fewer, larger statements. With
+ * `lingerOnlyWithinMs` as well, it waits only when the previous batch ended less than that long
+ * ago: a burst's items wait for each other, and one that comes after a quiet spell goes at once
+ * (a database that answers within the same turn of the event loop, PGlite, never has a batch in
+ * progress for the next item to join; docs/performance.md, issue 37).
  *
  * With `cost`, a batch is also cut so that its cost (what `cost.of` says a written batch cost,
  * such as the rows it wrote) stays near `cost.max`, judged by the cost per item of the last
@@ -20,6 +24,7 @@
 export interface BatcherOptions<Item, Result> {
   maxBatch: number
   lingerMs?: number
+  lingerOnlyWithinMs?: number
   cost?: { of(items: Item[], results: Result[]): number; max: number; share?: number }
   /** Time, for tests: `performance.now` and a timer by default. */
   clock?: { now(): number; sleep(ms: number): Promise<void> }
@@ -39,6 +44,7 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
   const clock = options.clock ?? systemClock
   // How long the lane waits before its next batch: set by a wide batch (`cost.share`).
   let pauseMs = 0
+  let lastBatchEndedAt = -Infinity
 
   const settle = async (batch: Waiting[]) => {
     try {
@@ -60,13 +66,15 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
 
   const drain = async () => {
     draining = true
-    if (options.lingerMs) await clock.sleep(options.lingerMs)
+    const quietSince = clock.now() - lastBatchEndedAt
+    if (options.lingerMs && (options.lingerOnlyWithinMs === undefined || quietSince < options.lingerOnlyWithinMs)) await clock.sleep(options.lingerMs)
     while (queue.length > 0) {
       if (pauseMs > 0) await clock.sleep(pauseMs)
       pauseMs = 0
       await settle(queue.splice(0, batchSize()))
     }
     pauseMs = 0
+    lastBatchEndedAt = clock.now()
     draining = false
   }
 

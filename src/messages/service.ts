@@ -51,21 +51,12 @@ export function toMessageResource(message: Message): MessageResource {
 export type MessageStorer = (message: Message) => Promise<void>
 
 /**
- * How long the first message of a batch waits for company, per database. PGlite answers within
- * the same turn of the event loop (it runs on this thread), so without a wait nothing is ever
- * "being written" when the next request arrives: every message was a statement of its own, and
- * a burst of a few hundred held the thread for 300 ms at a time (docs/performance.md, issue 37).
- * PostgreSQL answers over the network, and the messages accepted meanwhile go in the next batch.
- */
-export const STORE_LINGER_MS: Record<'postgres' | 'pglite', number> = { postgres: 0, pglite: 1 }
-
-/**
  * Stores outbound messages in batches (src/messages/batcher.ts): the messages accepted while one
- * batch is being written (or while the first waits `lingerMs`) are inserted together, one
+ * batch is being written (or while the first waits: `storeLinger`) are inserted together, one
  * statement and one commit for all of them. Each request still answers only after its own
  * message is committed.
  */
-export function createMessageStorer(db: Database, lingerMs = STORE_LINGER_MS.postgres): MessageStorer {
+export function createMessageStorer(db: Database, writes: MessageWrites = MESSAGE_WRITES.postgres): MessageStorer {
   const batcher = createBatcher<Message, void>(
     async (batch) => {
       const rows = batch.map((message) => ({
@@ -85,7 +76,7 @@ export function createMessageStorer(db: Database, lingerMs = STORE_LINGER_MS.pos
         select 1`)
       return batch.map(() => undefined)
     },
-    { maxBatch: 256, lingerMs },
+    { maxBatch: 256, ...writes.storeLinger },
   )
   return batcher.submit
 }
@@ -121,23 +112,34 @@ interface Settlement {
 }
 
 /**
- * How wide fan-outs are written. On PostgreSQL a settlement statement aims at 2,000 deliveries
- * and runs on a connection of its own, beside everyone else's statements (pausing between them
- * did not shorten anyone's wait there). On PGlite every statement runs on the server's one
- * thread, one at a time: a fan-out's statements are smaller (500 deliveries, 20–30 ms) and take
- * at most half of the time, so that the worker's claims and records and other accounts'
- * settlements get turns in between (docs/performance.md, issue 37).
+ * How messages, events and deliveries are written, per database (docs/architecture.md, "A
+ * statement holds the server's thread"; docs/performance.md, issue 37).
+ *
+ * PostgreSQL answers over the network: the messages accepted while a batch is in flight go in
+ * the next one, and a settlement statement aims at 2,000 deliveries on a connection of its own,
+ * beside everyone else's statements (pausing between them did not shorten anyone's wait).
+ *
+ * PGlite runs every statement on the server's one thread and answers before the event loop
+ * turns, so no batch is ever in progress when the next request arrives: in a burst (the storm's
+ * failing messages, 60 at a time) every message was a statement of its own, and the thread was
+ * held for 300 ms at a time. There the first item of a batch waits 1 ms for company when the
+ * previous batch ended less than 5 ms ago (an item after a quiet spell goes at once: waiting
+ * always cost a healthy subscription 25 ms at its median), and a fan-out's statements are
+ * smaller (500 deliveries, 20–30 ms) and take at most half of the time, so that the worker's
+ * claims and records and other accounts' settlements get turns in between.
  */
-export interface FanOutPace {
+export interface MessageWrites {
+  storeLinger: { lingerMs?: number; lingerOnlyWithinMs?: number }
+  settleLinger: { lingerMs?: number; lingerOnlyWithinMs?: number }
   /** Deliveries one settlement statement aims to write at most (one message's fan-out may write more). */
   rowsPerStatement: number
-  /** The share of the time a wide fan-out's statements may take (src/messages/batcher.ts); 1: back to back. */
-  share: number
+  /** The share of the time a wide fan-out's statements may take (src/messages/batcher.ts, `cost.share`); 1: back to back. */
+  fanOutShare: number
 }
 
-export const FAN_OUT_PACE: Record<'postgres' | 'pglite', FanOutPace> = {
-  postgres: { rowsPerStatement: 2000, share: 1 },
-  pglite: { rowsPerStatement: 500, share: 0.5 },
+export const MESSAGE_WRITES: Record<'postgres' | 'pglite', MessageWrites> = {
+  postgres: { storeLinger: {}, settleLinger: { lingerMs: 1 }, rowsPerStatement: 2000, fanOutShare: 1 },
+  pglite: { storeLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, settleLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, rowsPerStatement: 500, fanOutShare: 0.5 },
 }
 
 /** Records one settlement; resolves to the number of deliveries its batch queued. */
@@ -150,7 +152,7 @@ export type MessageSettler = (settlement: Settlement) => Promise<number>
  * per account: an account whose events fan out to a thousand subscriptions writes thousands of
  * rows per message, and another account's settlements are not made to wait for that statement.
  */
-export function createMessageSettler(db: Database, pace: FanOutPace = FAN_OUT_PACE.postgres): MessageSettler {
+export function createMessageSettler(db: Database, writes: MessageWrites = MESSAGE_WRITES.postgres): MessageSettler {
   const batcher = createKeyedBatcher<Settlement, number>(
     (settlement) => settlement.account_id,
     async (batch) => {
@@ -177,7 +179,7 @@ export function createMessageSettler(db: Database, pace: FanOutPace = FAN_OUT_PA
     // statement. An account whose events fan out wide settles fewer messages per statement, so that each writes
     // about `rowsPerStatement` deliveries: 200 messages to 1,000 subscriptions were two statements of 5 and 13 s
     // (docs/performance.md, the storm), whose locks and commits stalled everyone else's deliveries.
-    { maxBatch: 256, lingerMs: 1, cost: { of: (_items, results) => results[0] ?? 0, max: pace.rowsPerStatement, share: pace.share } },
+    { maxBatch: 256, ...writes.settleLinger, cost: { of: (_items, results) => results[0] ?? 0, max: writes.rowsPerStatement, share: writes.fanOutShare } },
   )
   return batcher.submit
 }

@@ -67,6 +67,28 @@ describe('createBatcher with a linger', () => {
     expect(await submitOnePerTurn(batcher.submit)).toEqual([1, 2, 3, 4])
     expect(store.batches).toEqual([[1, 2, 3, 4]])
   })
+
+  test('with `lingerOnlyWithinMs`, an item after a quiet spell goes at once; one soon after a batch waits for the others', async () => {
+    let now = 0
+    const sleeps: number[] = []
+    const store = writtenAtOnce()
+    const clock = { now: () => now, sleep: async (ms: number) => void sleeps.push(ms) }
+    const batcher = createBatcher(store.run, { maxBatch: 100, lingerMs: 1, lingerOnlyWithinMs: 5, clock })
+    // The first item ever: nothing came before it, so it goes at once.
+    expect(await batcher.submit(1)).toBe(1)
+    expect(sleeps).toEqual([])
+    // 3 ms after that batch ended (and the lane has finished): a burst, so it waits.
+    await Bun.sleep(0)
+    now += 3
+    expect(await batcher.submit(2)).toBe(2)
+    expect(sleeps).toEqual([1])
+    // 50 ms of quiet: at once again.
+    await Bun.sleep(0)
+    now += 50
+    expect(await batcher.submit(3)).toBe(3)
+    expect(sleeps).toEqual([1])
+    expect(store.batches).toEqual([[1], [2], [3]])
+  })
 })
 
 describe('createBatcher with a cost', () => {
