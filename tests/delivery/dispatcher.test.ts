@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import { createDispatcher, type DeliveryStore } from '../../src/delivery/dispatcher.ts'
+import { createDispatcher, type DeliveryStore, type DispatcherOptions } from '../../src/delivery/dispatcher.ts'
 import type { AttemptResult } from '../../src/delivery/send.ts'
 import type { ClaimOptions, ClaimedDelivery, RecordedAttempt } from '../../src/delivery/store.ts'
 
@@ -58,6 +58,13 @@ function memoryStore(due: ClaimedDelivery[]) {
   return { store, claims, recorded, due }
 }
 
+/**
+ * A dispatcher with what most tests share (8 slots, retries at once, leases and polls too long
+ * to matter): each test names only what it is about.
+ */
+const dispatcherWith = (options: Pick<DispatcherOptions, 'store' | 'send'> & Partial<DispatcherOptions>) =>
+  createDispatcher({ schedule: [0], concurrency: 8, flow: { initialWindow: 2, maxWindow: 8 }, maxPerHook: 8, leaseMs: 60_000, pollMs: 60_000, onError: () => {}, ...options })
+
 const until = async (condition: () => boolean) => {
   for (let i = 0; i < 500 && !condition(); i++) await Bun.sleep(2)
   expect(condition()).toBe(true)
@@ -69,7 +76,7 @@ describe('the dispatcher', () => {
     let inFlight = 0
     let most = 0
     const sent: string[] = []
-    const dispatcher = createDispatcher({
+    const dispatcher = dispatcherWith({
       store: memory.store,
       async send(item) {
         inFlight++
@@ -79,12 +86,6 @@ describe('the dispatcher', () => {
         sent.push(item.id)
         return ok
       },
-      schedule: [0],
-      concurrency: 8,
-      flow: { initialWindow: 2, maxWindow: 8 },
-      maxPerHook: 8,
-      leaseMs: 60_000,
-      pollMs: 60_000,
       onError: (message, error) => {
         throw new Error(`${message}: ${error}`)
       },
@@ -101,16 +102,11 @@ describe('the dispatcher', () => {
 
   test('each result is recorded with the decision of the retry policy', async () => {
     const memory = memoryStore([{ ...delivery(1), attempts: 1 }])
-    const dispatcher = createDispatcher({
+    const dispatcher = dispatcherWith({
       store: memory.store,
       send: async () => ({ ok: false, status: 500, durationMs: 1, error: 'HTTP 500', failure: 'http_5xx' as const, responseSnippet: '', retryAfterSeconds: null }),
       schedule: [0, 1_000, 60_000],
       concurrency: 4,
-      flow: { initialWindow: 2, maxWindow: 8 },
-      maxPerHook: 8,
-      leaseMs: 60_000,
-      pollMs: 60_000,
-      onError: () => {},
     })
     await until(() => memory.recorded.length === 1)
     await dispatcher.stop()
@@ -123,16 +119,10 @@ describe('the dispatcher', () => {
   test('wake claims at once; stop waits for the sends in flight to be recorded', async () => {
     const memory = memoryStore([])
     let release: () => void = () => {}
-    const dispatcher = createDispatcher({
+    const dispatcher = dispatcherWith({
       store: memory.store,
       send: () => new Promise<AttemptResult>((resolve) => (release = () => resolve(ok))),
-      schedule: [0],
       concurrency: 4,
-      flow: { initialWindow: 2, maxWindow: 8 },
-      maxPerHook: 8,
-      leaseMs: 60_000,
-      pollMs: 60_000,
-      onError: () => {},
     })
     await until(() => memory.claims.length === 1)
     memory.due.push(delivery(7))
@@ -155,16 +145,10 @@ describe('the dispatcher', () => {
       claim: async (options) => ({ ...(await memory.store.claim(options)), more: memory.claims.length === 3 }),
       record: memory.store.record,
     }
-    const dispatcher = createDispatcher({
+    const dispatcher = dispatcherWith({
       store,
       send: () => new Promise<AttemptResult>((resolve) => releases.push(() => resolve(ok))),
-      schedule: [0],
-      concurrency: 8,
       flow: { initialWindow: 8, maxWindow: 8 },
-      maxPerHook: 8,
-      leaseMs: 60_000,
-      pollMs: 60_000,
-      onError: () => {},
     })
     await until(() => dispatcher.stats().inFlight === 2)
     await Bun.sleep(20)
@@ -200,18 +184,13 @@ describe('the dispatcher', () => {
     // dlv_1 and dlv_2 answer at once; dlv_3 waits, so a second batch forms while the first is being recorded.
     let answerThird!: () => void
     const thirdAnswers = new Promise<void>((resolve) => (answerThird = resolve))
-    const dispatcher = createDispatcher({
+    const dispatcher = dispatcherWith({
       store,
       send: async (item) => {
         if (item.id === 'dlv_3') await thirdAnswers
         return ok
       },
-      schedule: [0],
-      concurrency: 8,
       flow: { initialWindow: 8, maxWindow: 8 },
-      maxPerHook: 8,
-      leaseMs: 60_000,
-      pollMs: 60_000,
       onError: (message, error) => {
         throw new Error(`${message}: ${error}`)
       },
@@ -241,18 +220,13 @@ describe('the dispatcher', () => {
     let failClaim = true
     const errors: string[] = []
     const memory = memoryStore([delivery(1)])
-    const dispatcher = createDispatcher({
+    const dispatcher = dispatcherWith({
       store: {
         claim: (options) => (failClaim ? Promise.reject(new Error('connection lost')) : memory.store.claim(options)),
         record: memory.store.record,
       },
       send: async () => ok,
-      schedule: [0],
       concurrency: 4,
-      flow: { initialWindow: 2, maxWindow: 8 },
-      maxPerHook: 8,
-      leaseMs: 60_000,
-      pollMs: 60_000,
       onError: (message) => errors.push(message),
     })
     await until(() => errors.length === 1)
@@ -268,7 +242,7 @@ describe('the dispatcher', () => {
     const most = new Map<string, number>()
     const dueAt = new Map<string, number>()
     const waits: number[] = []
-    const dispatcher = createDispatcher({
+    const dispatcher = dispatcherWith({
       store: memory.store,
       async send(item) {
         if (dueAt.has(item.id)) waits.push(performance.now() - dueAt.get(item.id)!)
@@ -278,12 +252,9 @@ describe('the dispatcher', () => {
         inFlight.set(item.hookId, inFlight.get(item.hookId)! - 1)
         return { ...ok, durationMs: item.hookId === 'hook_slow' ? 100 : 1 }
       },
-      schedule: [0],
       concurrency: 12,
       flow: { initialWindow: 4, maxWindow: 64 },
       maxPerHook: 64,
-      leaseMs: 60_000,
-      pollMs: 60_000,
       onError: (message, error) => {
         throw new Error(`${message}: ${error}`)
       },
@@ -308,19 +279,16 @@ describe('the dispatcher', () => {
     const memory = memoryStore(hanging)
     const release: (() => void)[] = []
     const sent: string[] = []
-    const dispatcher = createDispatcher({
+    const dispatcher = dispatcherWith({
       store: memory.store,
       async send(item) {
         sent.push(item.id)
         if (item.accountId === 'acc_noisy') await new Promise<void>((resolve) => release.push(resolve))
         return ok
       },
-      schedule: [0],
       concurrency: 16,
       flow: { initialWindow: 4, maxWindow: 16 },
       maxPerHook: 16,
-      leaseMs: 60_000,
-      pollMs: 60_000,
       onError: (message, error) => {
         throw new Error(`${message}: ${error}`)
       },
