@@ -122,11 +122,13 @@ interface Settlement {
  * PGlite runs every statement on the server's one thread and answers before the event loop
  * turns, so no batch is ever in progress when the next request arrives: in a burst (the storm's
  * failing messages, 60 at a time) every message was a statement of its own, and the thread was
- * held for 300 ms at a time. There the first item of a batch waits 1 ms for company when the
- * previous batch ended less than 5 ms ago (an item after a quiet spell goes at once: waiting
- * always cost a healthy subscription 25 ms at its median), and a fan-out's statements are
- * smaller (500 deliveries, 20–30 ms) and take at most half of the time, so that the worker's
- * claims and records and other accounts' settlements get turns in between.
+ * held for 300 ms at a time. There the storer's first message of a batch waits 1 ms for company
+ * when the previous batch ended less than 5 ms ago (one after a quiet spell goes at once: waiting
+ * always cost a healthy subscription 25 ms at its median). Settlements follow the same rule
+ * within an account's lane, and a lane that has emptied starts afresh, so in practice they wait
+ * only while their lane is busy. A fan-out's statements are smaller (500 deliveries, 20–30 ms)
+ * and take at most half of the time, so that the worker's claims and records and other
+ * accounts' settlements get turns in between.
  */
 export interface MessageWrites {
   storeLinger: { lingerMs?: number; lingerOnlyWithinMs?: number }
