@@ -1,7 +1,7 @@
 import { and, desc, eq, gte, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { queryRows, type Database } from '../lib/db/client.ts'
-import { createBatcher, createKeyedBatcher } from './batcher.ts'
+import { createBatcher, createKeyedBatcher, type BatcherOptions } from './batcher.ts'
 import { startPeriodicSweep } from '../lib/runtime/sweep.ts'
 import { isDatabaseUnavailable } from '../lib/db/errors.ts'
 import { events, messages } from '../lib/db/schema.ts'
@@ -130,9 +130,11 @@ interface Settlement {
  * and take at most half of the time, so that the worker's claims and records and other
  * accounts' settlements get turns in between.
  */
+type Linger = Pick<BatcherOptions<unknown, unknown>, 'lingerMs' | 'lingerOnlyWithinMs'>
+
 export interface MessageWrites {
-  storeLinger: { lingerMs?: number; lingerOnlyWithinMs?: number }
-  settleLinger: { lingerMs?: number; lingerOnlyWithinMs?: number }
+  storeLinger: Linger
+  settleLinger: Linger
   /** Deliveries one settlement statement aims to write at most (one message's fan-out may write more). */
   rowsPerStatement: number
   /** The share of the time a wide fan-out's statements may take (src/messages/batcher.ts, `cost.share`); 1: back to back. */
