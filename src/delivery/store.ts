@@ -3,6 +3,7 @@ import { CIRCUIT_OPENS_AFTER, isBreakerFailure, nextProbeAt, PROBE_INTERVAL_MIN_
 import { markHooksDueUnlessHeld } from './queue.ts'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { newId } from '../lib/db/ids.ts'
+import type { NamedStatement } from '../lib/db/pglite-named.ts'
 import { MAX_RETRY_AFTER_MS, type DeliveryDecision } from './policy.ts'
 import type { AttemptResult } from './send.ts'
 import { attemptRollups } from '../stats/rollups.ts'
@@ -150,7 +151,11 @@ const CLAIM_LOCK = 7_200_011
  * advisory lock: running them one at a time means each counts the leases every earlier one
  * committed, which keeps the cross-process bounds exact.
  */
-export async function claimDueDeliveries(db: Database, options: ClaimOptions, sender: { sole: boolean } = { sole: false }): Promise<ClaimResult> {
+export async function claimDueDeliveries(
+  db: Database,
+  options: ClaimOptions,
+  sender: { sole: boolean; /** The claim run by name on PGlite, planned once. */ statement?: NamedStatement } = { sole: false },
+): Promise<ClaimResult> {
   type Row = {
     id: string | null
     event_id: string
@@ -305,7 +310,7 @@ export async function claimDueDeliveries(db: Database, options: ClaimOptions, se
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the
   // statement needs no lock and no transaction around it (on PGlite each statement costs ~0.4 ms).
   const rows = sender.sole
-    ? await queryRows<Row>(db, claim)
+    ? await (sender.statement ? sender.statement<Row>(claim) : queryRows<Row>(db, claim))
     : await db.transaction(async (tx) => {
         await tx.execute(sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`)
         return queryRows<Row>(tx as unknown as Database, claim)

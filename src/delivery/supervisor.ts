@@ -4,7 +4,8 @@ import type { Logger, LogFields } from '../lib/runtime/logger.ts'
 import type { TracingSettings } from '../lib/runtime/tracing-settings.ts'
 import type { FlowSettings } from './flow-control.ts'
 import type { DeliveryMetrics, OutcomeCounts } from './outcomes.ts'
-import { claimDueDeliveries, recordDeliveryAttempts, type ClaimOptions, type RecordedAttempt } from './store.ts'
+import { pgliteNamedStatement } from '../lib/db/pglite-named.ts'
+import { claimDueDeliveries, recordDeliveryAttempts, WORKER_SESSION_SETTINGS, type ClaimOptions, type RecordedAttempt } from './store.ts'
 
 /** A subscription this process has not sent to lately starts with this many attempts in flight (src/delivery/flow-control.ts). */
 export const INITIAL_WINDOW = 4
@@ -101,6 +102,8 @@ export function startDeliveryWorker(options: {
     logAttempts: logger.isEnabled('info'),
     tracing: config.tracing,
   }
+  // The claim is most of PGlite's time for deliveries; by name it is planned once (src/lib/db/pglite-named.ts).
+  const namedClaim = handle.pglite ? pgliteNamedStatement(handle.pglite, 'delivery_claim', WORKER_SESSION_SETTINGS) : undefined
   let stopping = false
   let stopped: (() => void) | null = null
   let worker: Worker
@@ -108,7 +111,7 @@ export function startDeliveryWorker(options: {
 
   const answer = async (message: Extract<FromWorker, { type: 'call' }>) => {
     try {
-      const value = message.op === 'claim' ? await claimDueDeliveries(handle.db, message.args, { sole: true }) : await recordDeliveryAttempts(handle.db, message.args)
+      const value = message.op === 'claim' ? await claimDueDeliveries(handle.db, message.args, { sole: true, statement: namedClaim }) : await recordDeliveryAttempts(handle.db, message.args)
       worker.postMessage({ type: 'reply', id: message.id, ok: true, value } satisfies ToWorker)
     } catch (error) {
       worker.postMessage({ type: 'reply', id: message.id, ok: false, error: error instanceof Error ? error.message : String(error) } satisfies ToWorker)

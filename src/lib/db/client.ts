@@ -13,6 +13,8 @@ export type Database = PgDatabase<PgQueryResultHKT, typeof schema>
 export interface DatabaseHandle {
   db: Database
   kind: 'postgres' | 'pglite'
+  /** The embedded database itself, for the statements run on it by name (src/lib/db/pglite-named.ts). */
+  pglite?: PGlite
   close(): Promise<void>
 }
 
@@ -166,6 +168,7 @@ export function pgliteDatabase(client: PGlite): DatabaseHandle {
   return {
     db: drizzlePglite(client, { schema }) as unknown as Database,
     kind: 'pglite',
+    pglite: client,
     close: () => client.close(),
   }
 }
