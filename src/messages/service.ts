@@ -111,6 +111,8 @@ interface Settlement {
   trace_context: string | null
 }
 
+type Linger = Pick<BatcherOptions<unknown, unknown>, 'lingerMs' | 'lingerOnlyWithinMs'>
+
 /**
  * How messages, events and deliveries are written, per database (docs/architecture.md, "A
  * statement holds the server's thread"; docs/performance.md, issue 37).
@@ -130,8 +132,6 @@ interface Settlement {
  * and take at most half of the time, so that the worker's claims and records and other
  * accounts' settlements get turns in between.
  */
-type Linger = Pick<BatcherOptions<unknown, unknown>, 'lingerMs' | 'lingerOnlyWithinMs'>
-
 export interface MessageWrites {
   storeLinger: Linger
   settleLinger: Linger
