@@ -47,23 +47,23 @@ function startProxy(upstream: URL, scriptFor: (index: number) => Script) {
       client.once('data', () => client.end(script.onStartup))
       return
     }
-    const server = connect(Number(upstream.port || 5432), upstream.hostname)
-    sockets.add(server)
-    server.on('error', () => client.destroy())
-    server.on('close', () => (sockets.delete(server), client.destroy()))
-    client.on('close', () => server.destroy())
-    server.on('data', (chunk) => client.write(chunk))
+    const database = connect(Number(upstream.port || 5432), upstream.hostname)
+    sockets.add(database)
+    database.on('error', () => client.destroy())
+    database.on('close', () => (sockets.delete(database), client.destroy()))
+    client.on('close', () => database.destroy())
+    database.on('data', (chunk) => client.write(chunk))
     client.on('data', (chunk) => {
       if (script !== 'pass' && chunk.includes('typarray')) {
         if (script.close) {
-          server.destroy()
+          database.destroy()
           client.end(script.onArrayTypes)
         } else {
           client.write(script.onArrayTypes)
         }
         return
       }
-      server.write(chunk)
+      database.write(chunk)
     })
   })
   return {
