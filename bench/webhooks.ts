@@ -1136,13 +1136,11 @@ async function stats(rig: Rig, summary: Summary): Promise<void> {
       log(`  ${clients} client${clients > 1 ? 's' : ''}, ${SECONDS} s: ${fmtInt(r.rps)} requests/s, p50 ${fmtMs(r.p50)}, p95 ${fmtMs(r.p95)}, p99 ${fmtMs(r.p99)}, max ${fmtMs(r.max)} (n=${fmtInt(r.n)}); CPU per request: server ${fmtInt(r.perRequest('server'))} µs, PostgreSQL ${fmtInt(r.perRequest('postgres'))} µs; cores: ${fmtCores(r.cpu)}`)
       summary.push(target(`stats: GET …/${name}, 1,440 minutes, ${clients} client${clients > 1 ? 's' : ''}: p50 / p95 / p99 (${fmtInt(r.rps)} req/s)`, `${fmtMs(r.p50)} / ${fmtMs(r.p95)} / ${fmtMs(r.p99)}`, 'p99 < 50 ms', r.p99 < 50))
     }
-    // The service's query (src/stats/service.ts): the hook's rows, or the account's three kinds joined per bucket.
-    const columns = `r.attempts, r.succeeded, r.failures, r.p50_ms, r.p95_ms, r.p99_ms, case when r.attempts > 0 and (r.p50_ms is null or r.bucket < $4 or r.bucket >= $5) then r.latency::text end as latency`
-    const rowsOf = (kind: string) => `select * from ${table} where ${key} = $1 and unit = 'minute' and bucket >= $2 and bucket < $3${kind ? ` and kind = '${kind}'` : ''}`
-    const text = cols
-      ? `select coalesce(r.bucket, m.bucket, e.bucket) as bucket, ${columns}, m.messages_sent, e.events from (${rowsOf('attempts')}) r
-          full join (${rowsOf('messages')}) m on m.bucket = r.bucket full join (${rowsOf('events')}) e on e.bucket = coalesce(r.bucket, m.bucket)`
-      : `select r.bucket, ${columns} from (${rowsOf('')}) r`
+    // The service's query (src/stats/service.ts rowColumns): the range's rows, each with its counts packed into one text column.
+    const columns = `concat_ws(' ', date_part('epoch', r.bucket)::int8, r.attempts, r.succeeded, coalesce(r.p50_ms, -1), coalesce(r.p95_ms, -1), coalesce(r.p99_ms, -1), ${cols ? 'r.messages_sent' : '0'}) as figures,
+      case when r.attempts > r.succeeded then r.failures end as failures, case when r.attempts > 0 and (r.p50_ms is null or r.bucket < $4 or r.bucket >= $5) then r.latency::text end as latency,
+      ${cols ? "case when r.kind = 'events' then r.events end" : 'null'} as events`
+    const text = `select ${columns} from ${table} r where r.${key} = $1 and r.unit = 'minute' and r.bucket >= $2 and r.bucket < $3`
     log(`  in this process, medians of 20: ${await whereTimeGoes(sql, text, [id, since, until, hoursFrom, hoursTo], read)}`)
   }
 }

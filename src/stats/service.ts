@@ -46,29 +46,31 @@ export function statsRange(query: Static<typeof StatsQuery>, now: Date): StatsRa
   return { interval, since: new Date(since), until: new Date(until) }
 }
 
-interface RollupRow {
-  bucket: Date | string
-  attempts: number
-  succeeded: number
-  failures: Counts | string
-  p50_ms: number | null
-  p95_ms: number | null
-  p99_ms: number | null
-  /** As text (latency::text, src/stats/histogram.ts parseHistogram); fetched only where needed (rowColumns). */
+/**
+ * A rollup row as fetched: its counts in one text column, `epoch attempts succeeded p50 p95 p99
+ * sent` (−1 where a percentile is not stored), rather than a column each. A day by the minute is
+ * 1,440 rows, and each column of each row costs the client a decoded string and a parse: seven
+ * columns made up most of an answer's CPU (docs/performance.md#health-rollups-get-stats-at-10-million-attempts-and-what-recording-them-costs).
+ * The maps come only where a row has them: its failures when some attempts failed, its histogram
+ * where its percentiles are not stored or it counts in the totals (rowColumns), its events on an
+ * account's row of events.
+ */
+interface FetchedRow {
+  figures: string
+  failures: Counts | string | null
   latency: string | null
-  /** Whether the row's histogram goes into the totals: the range's whole coarser buckets bring their own (coarseHistograms). */
-  in_totals: boolean
-  messages_sent?: number
-  events?: Counts | string
+  events: Counts | string | null
 }
 
-/** A rollup row with its percentiles (stored, or read from its histogram) and its histogram where fetched. */
-type ReadRow = Omit<RollupRow, 'latency'> & { histogram: Histogram | null; percentiles: Percentiles | null }
-
-function readRow({ latency, ...row }: RollupRow): ReadRow {
-  const histogram = latency === null ? null : parseHistogram(latency)
-  const stored = row.p50_ms === null ? null : { p50: Number(row.p50_ms), p95: Number(row.p95_ms), p99: Number(row.p99_ms) }
-  return { ...row, histogram, percentiles: stored ?? (histogram ? percentiles(histogram) : null) }
+/** One bucket's figures, as read from its row (or rows: an account's are per kind of writer). */
+interface BucketRow {
+  attempts: number
+  succeeded: number
+  failures: Counts | undefined
+  stored: Percentiles | null
+  histogram: Histogram | undefined
+  sent: number
+  events: Counts | undefined
 }
 
 /**
@@ -82,8 +84,8 @@ const COARSER: Record<StatUnit, StatUnit | null> = { minute: 'hour', hour: 'day'
 
 interface Coverage {
   unit: StatUnit
-  since: string
-  until: string
+  since: Date
+  until: Date
 }
 
 function coarseCoverage(range: StatsRange): Coverage | null {
@@ -92,17 +94,69 @@ function coarseCoverage(range: StatsRange): Coverage | null {
   const size = UNIT_MS[unit]
   const since = Math.ceil(range.since.getTime() / size) * size
   const until = Math.floor(range.until.getTime() / size) * size
-  return since < until ? { unit, since: new Date(since).toISOString(), until: new Date(until).toISOString() } : null
+  return since < until ? { unit, since: new Date(since), until: new Date(until) } : null
 }
 
+/** Whether a bucket's histogram goes into the totals: outside the coarser rows the range covers whole. */
+const inTotals = (coverage: Coverage | null, startMs: number) => !coverage || startMs < coverage.since.getTime() || startMs >= coverage.until.getTime()
+
 /**
- * The select list of a range's rows of the table aliased `r`: the histogram only for a row whose
- * percentiles are not stored or which counts in the totals.
+ * The select list of a range's rows of the table aliased `r` (FetchedRow). An account's rows are
+ * per kind of writer (src/stats/rollups.ts); a kind's other columns hold zeros and empty maps, so
+ * the kinds of one bucket add up into its figures.
  */
-function rowColumns(coverage: Coverage | null): SQL {
-  const inTotals = coverage ? sql`(r.bucket < ${coverage.since}::timestamptz or r.bucket >= ${coverage.until}::timestamptz)` : sql`true`
-  return sql`r.attempts, r.succeeded, r.failures, r.p50_ms, r.p95_ms, r.p99_ms, ${inTotals} as in_totals,
-    case when r.attempts > 0 and (r.p50_ms is null or ${inTotals}) then r.latency::text end as latency`
+function rowColumns(coverage: Coverage | null, table: 'hook_stats' | 'account_stats'): SQL {
+  const edge = coverage ? sql`(r.bucket < ${coverage.since.toISOString()}::timestamptz or r.bucket >= ${coverage.until.toISOString()}::timestamptz)` : sql`true`
+  const account = table === 'account_stats'
+  // date_part is a float; extract would compute a numeric for each row.
+  return sql`concat_ws(' ', date_part('epoch', r.bucket)::int8, r.attempts, r.succeeded, coalesce(r.p50_ms, -1), coalesce(r.p95_ms, -1), coalesce(r.p99_ms, -1), ${account ? sql`r.messages_sent` : sql`0`}) as figures,
+    case when r.attempts > r.succeeded then r.failures end as failures,
+    case when r.attempts > 0 and (r.p50_ms is null or ${edge}) then r.latency::text end as latency,
+    ${account ? sql`case when r.kind = 'events' then r.events end` : sql`null`} as events`
+}
+
+const counts = (value: Counts | string): Counts => (typeof value === 'string' ? JSON.parse(value) : value)
+
+const SPACE = 32
+const MINUS = 45
+const DIGIT_0 = 48
+
+/** A row's `figures` (`epoch attempts succeeded p50 p95 p99 sent`) as numbers, scanned rather than split and parsed. */
+function scanFigures(text: string): number[] {
+  const into: number[] = []
+  let value = 0
+  let sign = 1
+  for (let at = 0; at < text.length; at++) {
+    const code = text.charCodeAt(at)
+    if (code === SPACE) {
+      into.push(sign * value)
+      value = 0
+      sign = 1
+    } else if (code === MINUS) sign = -1
+    else value = value * 10 + code - DIGIT_0
+  }
+  into.push(sign * value)
+  return into
+}
+
+/** The fetched rows as one entry per bucket of the range that has a row, by its index in the range. */
+function bucketRowsOf(range: StatsRange, fetched: FetchedRow[]): (BucketRow | undefined)[] {
+  const unit = UNIT_MS[range.interval]
+  const since = range.since.getTime()
+  const rows: (BucketRow | undefined)[] = new Array((range.until.getTime() - since) / unit)
+  for (const fetchedRow of fetched) {
+    const [epoch, attempts, succeeded, p50, p95, p99, sent] = scanFigures(fetchedRow.figures) as [number, number, number, number, number, number, number]
+    const index = (epoch * 1000 - since) / unit
+    const row = (rows[index] ??= { attempts: 0, succeeded: 0, failures: undefined, stored: null, histogram: undefined, sent: 0, events: undefined })
+    row.attempts += attempts
+    row.succeeded += succeeded
+    row.sent += sent
+    if (p50 >= 0) row.stored = { p50, p95, p99 }
+    if (fetchedRow.failures !== null) row.failures = counts(fetchedRow.failures)
+    if (fetchedRow.latency !== null) row.histogram = parseHistogram(fetchedRow.latency)
+    if (fetchedRow.events !== null) row.events = counts(fetchedRow.events)
+  }
+  return rows
 }
 
 /** The histograms of the coarser rows the range covers whole. */
@@ -111,28 +165,28 @@ async function coarseHistograms(db: Database, table: 'hook_stats' | 'account_sta
   const rows = await queryRows<{ latency: string }>(
     db,
     sql`select latency::text as latency from ${sql.identifier(table)}
-        where ${owner} and unit = ${coverage.unit} and bucket >= ${coverage.since}::timestamptz and bucket < ${coverage.until}::timestamptz and attempts > 0`,
+        where ${owner} and unit = ${coverage.unit} and bucket >= ${coverage.since.toISOString()}::timestamptz and bucket < ${coverage.until.toISOString()}::timestamptz and attempts > 0`,
   )
   return rows.map((row) => parseHistogram(row.latency))
 }
 
-const counts = (value: Counts | string | undefined): Counts => (typeof value === 'string' ? JSON.parse(value) : (value ?? {}))
-const noFailures = (): Counts => Object.fromEntries(FAILURE_REASONS.map((reason) => [reason, 0]))
+const NO_FAILURES: Counts = Object.fromEntries(FAILURE_REASONS.map((reason) => [reason, 0]))
 
 type DeliveryFigures = HookStats['totals']
 type AccountFigures = AccountStats['totals']
 
-/** One rollup row's figures, or zeros; its percentiles read from its own histogram. */
-function deliveryFigures(row: ReadRow | undefined): DeliveryFigures {
-  if (!row) return { attempts: 0, succeeded: 0, failed: 0, failures: noFailures() as DeliveryFigures['failures'], latency_ms: null }
-  const attempts = Number(row.attempts)
-  const succeeded = Number(row.succeeded)
-  return { attempts, succeeded, failed: attempts - succeeded, failures: addCounts(noFailures(), counts(row.failures)) as DeliveryFigures['failures'], latency_ms: row.percentiles }
+/** One bucket's figures, or zeros; its percentiles stored or read from its own histogram. */
+function deliveryFigures(row: BucketRow | undefined): DeliveryFigures {
+  const failures = { ...NO_FAILURES } as DeliveryFigures['failures']
+  if (!row) return { attempts: 0, succeeded: 0, failed: 0, failures, latency_ms: null }
+  if (row.failures) addCounts(failures, row.failures)
+  const latency = row.stored ?? (row.histogram ? percentiles(row.histogram) : null)
+  return { attempts: row.attempts, succeeded: row.succeeded, failed: row.attempts - row.succeeded, failures, latency_ms: latency }
 }
 
-function accountFigures(row: ReadRow | undefined): AccountFigures {
-  const events = counts(row?.events)
-  return { ...deliveryFigures(row), messages: messageFigures(Number(row?.messages_sent ?? 0), events), events }
+function accountFigures(row: BucketRow | undefined): AccountFigures {
+  const events = row?.events ?? {}
+  return { ...deliveryFigures(row), messages: messageFigures(row?.sent ?? 0, events), events }
 }
 
 const messageFigures = (sent: number, events: Counts) => ({
@@ -143,21 +197,23 @@ const messageFigures = (sent: number, events: Counts) => ({
 })
 
 /** The range's rows added together: the counts, and the histograms into one (src/stats/histogram.ts, HistogramSum). */
-function totalsOf(rows: ReadRow[], coarse: Histogram[]): AccountFigures {
+function totalsOf(range: StatsRange, coverage: Coverage | null, rows: (BucketRow | undefined)[], coarse: Histogram[]): AccountFigures {
   const latency = new HistogramSum()
-  const failures = noFailures()
+  const failures = { ...NO_FAILURES }
   const events: Counts = {}
   let attempts = 0
   let succeeded = 0
   let sent = 0
-  for (const row of rows) {
-    attempts += Number(row.attempts)
-    succeeded += Number(row.succeeded)
-    sent += Number(row.messages_sent ?? 0)
-    addCounts(failures, counts(row.failures))
-    addCounts(events, counts(row.events))
-    if (row.in_totals && row.histogram) latency.add(row.histogram)
-  }
+  const unit = UNIT_MS[range.interval]
+  rows.forEach((row, index) => {
+    if (!row) return
+    attempts += row.attempts
+    succeeded += row.succeeded
+    sent += row.sent
+    if (row.failures) addCounts(failures, row.failures)
+    if (row.events) addCounts(events, row.events)
+    if (row.histogram && inTotals(coverage, range.since.getTime() + index * unit)) latency.add(row.histogram)
+  })
   for (const histogram of coarse) latency.add(histogram)
   return {
     attempts,
@@ -170,12 +226,12 @@ function totalsOf(rows: ReadRow[], coarse: Histogram[]): AccountFigures {
   }
 }
 
-/** Every bucket of the range, oldest first, with its row (none where nothing happened). */
-function bucketRows(range: StatsRange, rows: ReadRow[]): { start: string; row: ReadRow | undefined }[] {
+/** Every bucket of the range, oldest first, with its figures (zeros where nothing happened). */
+function answerBuckets<T>(range: StatsRange, rows: (BucketRow | undefined)[], figures: (row: BucketRow | undefined) => T): ({ start: string } & T)[] {
   const unit = UNIT_MS[range.interval]
-  const byStart = new Map(rows.map((row) => [new Date(row.bucket).getTime(), row]))
-  const buckets = []
-  for (let start = range.since.getTime(); start < range.until.getTime(); start += unit) buckets.push({ start: new Date(start).toISOString(), row: byStart.get(start) })
+  const since = range.since.getTime()
+  const buckets = new Array<{ start: string } & T>(rows.length)
+  for (let index = 0; index < rows.length; index++) buckets[index] = { start: new Date(since + index * unit).toISOString(), ...figures(rows[index]) }
   return buckets
 }
 
@@ -193,22 +249,22 @@ export async function readHookStats(db: Database, accountId: string, hookId: str
   if (!hook) throw notFound(`No subscription ${hookId} on this account.`)
   const coverage = coarseCoverage(range)
   const owner = sql`hook_id = ${hookId}`
-  const [stored, coarse] = await Promise.all([
-    queryRows<RollupRow>(
+  const [fetched, coarse] = await Promise.all([
+    queryRows<FetchedRow>(
       db,
-      sql`select r.bucket, ${rowColumns(coverage)} from hook_stats r
+      sql`select ${rowColumns(coverage, 'hook_stats')} from hook_stats r
           where r.${owner} and r.unit = ${range.interval} and r.bucket >= ${range.since.toISOString()}::timestamptz and r.bucket < ${range.until.toISOString()}::timestamptz`,
     ),
     coarseHistograms(db, 'hook_stats', owner, coverage),
   ])
-  const rows = stored.map(readRow)
-  const { attempts, succeeded, failed, failures, latency_ms } = totalsOf(rows, coarse)
+  const rows = bucketRowsOf(range, fetched)
+  const { attempts, succeeded, failed, failures, latency_ms } = totalsOf(range, coverage, rows, coarse)
   return {
     hook_id: hookId,
     ...rangeFields(range),
     pending: Number(hook.pending),
     totals: { attempts, succeeded, failed, failures, latency_ms },
-    buckets: bucketRows(range, rows).map(({ start, row }) => ({ start, ...deliveryFigures(row) })),
+    buckets: answerBuckets(range, rows, deliveryFigures),
   }
 }
 
@@ -216,19 +272,11 @@ export async function readHookStats(db: Database, accountId: string, hookId: str
 export async function readAccountStats(db: Database, accountId: string, range: StatsRange): Promise<AccountStats> {
   const coverage = coarseCoverage(range)
   const owner = sql`account_id = ${accountId}`
-  const [stored, coarse, [pending]] = await Promise.all([
-    queryRows<RollupRow>(
+  const [fetched, coarse, [pending]] = await Promise.all([
+    queryRows<FetchedRow>(
       db,
-      // An account's rows are per kind of writer (src/stats/rollups.ts): joined here into one row per bucket.
-      sql`with kinds as (
-            select * from account_stats
-            where ${owner} and unit = ${range.interval} and bucket >= ${range.since.toISOString()}::timestamptz and bucket < ${range.until.toISOString()}::timestamptz
-          ),
-          r as (select * from kinds where kind = 'attempts'),
-          m as (select bucket, messages_sent from kinds where kind = 'messages'),
-          e as (select bucket, events from kinds where kind = 'events')
-          select coalesce(r.bucket, m.bucket, e.bucket) as bucket, ${rowColumns(coverage)}, m.messages_sent, e.events
-          from r full join m on m.bucket = r.bucket full join e on e.bucket = coalesce(r.bucket, m.bucket)`,
+      sql`select ${rowColumns(coverage, 'account_stats')} from account_stats r
+          where r.${owner} and r.unit = ${range.interval} and r.bucket >= ${range.since.toISOString()}::timestamptz and r.bucket < ${range.until.toISOString()}::timestamptz`,
     ),
     coarseHistograms(db, 'account_stats', owner, coverage),
     queryRows<{ pending: number }>(
@@ -239,12 +287,12 @@ export async function readAccountStats(db: Database, accountId: string, range: S
           where h.account_id = ${accountId}`,
     ),
   ])
-  const rows = stored.map(readRow)
+  const rows = bucketRowsOf(range, fetched)
   return {
     account_id: accountId,
     ...rangeFields(range),
     pending: Number(pending?.pending ?? 0),
-    totals: totalsOf(rows, coarse),
-    buckets: bucketRows(range, rows).map(({ start, row }) => ({ start, ...accountFigures(row) })),
+    totals: totalsOf(range, coverage, rows, coarse),
+    buckets: answerBuckets(range, rows, accountFigures),
   }
 }
