@@ -50,7 +50,7 @@ export function statsRange(query: Static<typeof StatsQuery>, now: Date): StatsRa
  * A rollup row as fetched: its counts in one text column, `epoch attempts succeeded p50 p95 p99
  * sent` (−1 where a percentile is not stored), rather than a column each. A day by the minute is
  * 1,440 rows, and each column of each row costs the client a decoded string and a parse: seven
- * columns made up most of an answer's CPU (docs/performance.md#health-rollups-get-stats-at-10-million-attempts-and-what-recording-them-costs).
+ * columns made up most of an answer's CPU (docs/performance.md#packed-rows-fewer-strings-decoded-per-answer-2026-11-27).
  * The maps come only where a row has them: its failures when some attempts failed, its histogram
  * where its percentiles are not stored or it counts in the totals (rowColumns), its events on an
  * account's row of events.
