@@ -3,6 +3,8 @@
  * rollups they imply, and GET …/stats read back under a bounded closed loop.
  */
 import { EXACT_UP_TO, GROWTH, HistogramSum, parseHistogram, percentiles as histogramPercentiles } from '../src/stats/histogram.ts'
+import { sql as drizzleSql, type SQL } from 'drizzle-orm'
+import { queryRows, type Database } from '../src/lib/db/client.ts'
 import { HttpPool } from './http-client.ts'
 import { fail, fmtInt, median, percentiles, postgresCpuSeconds, processCpuSeconds, startCpu, type Sql } from './harness.ts'
 
@@ -109,17 +111,17 @@ export async function medianMs(runs: number, f: () => unknown): Promise<number> 
 }
 
 /**
- * Where a GET …/stats spends its time, measured in this process (medians of 20): the rollup query `text` in PostgreSQL
- * (EXPLAIN ANALYZE), fetched (postgres-js, latency as text, as the service reads it), the histograms scanned
- * (parseHistogram), their percentiles per bucket and the totals' merge (src/stats/histogram.ts, as the service does),
- * the service function `read`, JSON.stringify.
+ * Where a GET …/stats spends its time, measured in this process (medians of 20): the service's rollup query
+ * (src/stats/service.ts rangeRowsQuery) in PostgreSQL (EXPLAIN ANALYZE) and fetched as the service fetches it, the
+ * histograms among its rows scanned (parseHistogram), their percentiles and the totals' merge (src/stats/histogram.ts,
+ * as the service does), the service function `read`, JSON.stringify.
  */
-export async function whereTimeGoes(sql: Sql, text: string, params: unknown[], read: () => Promise<unknown>): Promise<string> {
-  const [plan] = (await sql.unsafe(`explain (analyze, buffers, format json) ${text}`, params as never[]))[0]!['QUERY PLAN']
-  const rows = await sql.unsafe(text, params as never[])
+export async function whereTimeGoes(db: Database, query: SQL, read: () => Promise<unknown>): Promise<string> {
+  const [{ 'QUERY PLAN': [plan] }] = (await queryRows(db, drizzleSql`explain (analyze, buffers, format json) ${query}`)) as [{ 'QUERY PLAN': [ExplainedPlan] }]
+  const rows = await queryRows<{ latency: string | null }>(db, query)
   const [histograms, answer] = [rows.flatMap((r) => (r.latency ? [parseHistogram(r.latency)] : [])), await read()]
   const ms = {
-    fetched: await medianMs(20, () => sql.unsafe(text, params as never[])),
+    fetched: await medianMs(20, () => queryRows(db, query)),
     scanned: await medianMs(20, () => rows.map((r) => r.latency && parseHistogram(r.latency))),
     percentiles: await medianMs(20, () => histograms.map(histogramPercentiles)),
     totals: await medianMs(20, () => {
@@ -134,4 +136,9 @@ export async function whereTimeGoes(sql: Sql, text: string, params: unknown[], r
   return `the query ${f(plan['Execution Time'])} in PostgreSQL (${fmtInt(plan.Plan['Actual Rows'])} rows, ${fmtInt(plan.Plan['Shared Hit Blocks'] + plan.Plan['Shared Read Blocks'])} buffers), ` +
     `fetched ${f(ms.fetched)}; ${fmtInt(histograms.length)} histograms (the rows without stored percentiles or at the range's ragged edges) scanned ${f(ms.scanned)}, their percentiles ${f(ms.percentiles)}, merged into the totals ${f(ms.totals)}; ` +
     `the service function ${f(ms.service)}; JSON.stringify of its ${fmtInt(JSON.stringify(answer).length / 1024)} KB answer ${f(ms.stringify)}`
+}
+
+interface ExplainedPlan {
+  'Execution Time': number
+  Plan: { 'Actual Rows': number; 'Shared Hit Blocks': number; 'Shared Read Blocks': number }
 }

@@ -98,7 +98,7 @@ import { createApiKey } from '../src/auth/api-keys.ts'
 import { deleteExpiredEvents } from '../src/delivery/retention.ts'
 import { postgresDatabase } from '../src/lib/db/client.ts'
 import { storeClosedPercentiles } from '../src/stats/closing.ts'
-import { readAccountStats, readHookStats } from '../src/stats/service.ts'
+import { rangeRowsQuery, readAccountStats, readHookStats } from '../src/stats/service.ts'
 import { natsStream, rabbitMqQueue } from './brokers.ts'
 import { DroppedError, HttpPool } from './http-client.ts'
 import { closedGets, FAILURE, impliedRollups, seedAttempts, whereTimeGoes } from './stats.ts'
@@ -1119,11 +1119,9 @@ async function stats(rig: Rig, summary: Summary): Promise<void> {
   const [since, until] = [new Date(end.getTime() - 86_400_000), end]
   const q = `&interval=minute&since=${since.toISOString()}&until=${until.toISOString()}`
   const range = { interval: 'minute' as const, since, until }
-  // The range's whole hours, whose hour rows give the totals' latency (src/stats/service.ts).
-  const [hoursFrom, hoursTo] = [new Date(Math.ceil(since.getTime() / 3_600_000) * 3_600_000), new Date(Math.floor(until.getTime() / 3_600_000) * 3_600_000)]
-  for (const [name, path, key, id, table, cols, read] of [
-    ['hooks/{busy}/stats', keyed(account, `/hooks/${busy}/stats`) + q, 'hook_id', busy, 'hook_stats', false, () => readHookStats(handle.db, account.id, busy, range)],
-    ['stats', keyed(account, '/stats') + q, 'account_id', account.id, 'account_stats', true, () => readAccountStats(handle.db, account.id, range)],
+  for (const [name, path, key, id, table, read] of [
+    ['hooks/{busy}/stats', keyed(account, `/hooks/${busy}/stats`) + q, 'hook_id', busy, 'hook_stats', () => readHookStats(handle.db, account.id, busy, range)],
+    ['stats', keyed(account, '/stats') + q, 'account_id', account.id, 'account_stats', () => readAccountStats(handle.db, account.id, range)],
   ] as const) {
     const body = await expectStatus(200, 'GET', `${rig.server.origin}${path}`)
     const [log_] = await sql.unsafe(`select count(*)::int as attempts, (count(*) filter (where (${FAILURE}) is null))::int as succeeded, percentile_disc(array[0.5, 0.95, 0.99]) within group (order by a.duration_ms) as p
@@ -1136,12 +1134,7 @@ async function stats(rig: Rig, summary: Summary): Promise<void> {
       log(`  ${clients} client${clients > 1 ? 's' : ''}, ${SECONDS} s: ${fmtInt(r.rps)} requests/s, p50 ${fmtMs(r.p50)}, p95 ${fmtMs(r.p95)}, p99 ${fmtMs(r.p99)}, max ${fmtMs(r.max)} (n=${fmtInt(r.n)}); CPU per request: server ${fmtInt(r.perRequest('server'))} µs, PostgreSQL ${fmtInt(r.perRequest('postgres'))} µs; cores: ${fmtCores(r.cpu)}`)
       summary.push(target(`stats: GET …/${name}, 1,440 minutes, ${clients} client${clients > 1 ? 's' : ''}: p50 / p95 / p99 (${fmtInt(r.rps)} req/s)`, `${fmtMs(r.p50)} / ${fmtMs(r.p95)} / ${fmtMs(r.p99)}`, 'p99 < 50 ms', r.p99 < 50))
     }
-    // The service's query (src/stats/service.ts rowColumns): the range's rows, each with its counts packed into one text column.
-    const columns = `concat_ws(' ', date_part('epoch', r.bucket)::int8, r.attempts, r.succeeded, coalesce(r.p50_ms, -1), coalesce(r.p95_ms, -1), coalesce(r.p99_ms, -1), ${cols ? 'r.messages_sent' : '0'}) as figures,
-      case when r.attempts > r.succeeded then r.failures end as failures, case when r.attempts > 0 and (r.p50_ms is null or r.bucket < $4 or r.bucket >= $5) then r.latency::text end as latency,
-      ${cols ? "case when r.kind = 'events' then r.events end" : 'null'} as events`
-    const text = `select ${columns} from ${table} r where r.${key} = $1 and r.unit = 'minute' and r.bucket >= $2 and r.bucket < $3`
-    log(`  in this process, medians of 20: ${await whereTimeGoes(sql, text, [id, since, until, hoursFrom, hoursTo], read)}`)
+    log(`  in this process, medians of 20: ${await whereTimeGoes(handle.db, rangeRowsQuery(table, id, range), read)}`)
   }
 }
 

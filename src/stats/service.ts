@@ -52,7 +52,7 @@ export function statsRange(query: Static<typeof StatsQuery>, now: Date): StatsRa
  * 1,440 rows, and each column of each row costs the client a decoded string and a parse: seven
  * columns made up most of an answer's CPU (docs/performance.md#packed-rows-fewer-strings-decoded-per-answer-2026-11-27).
  * The maps come only where a row has them: its failures when some attempts failed, its histogram
- * where its percentiles are not stored or it counts in the totals (rowColumns), its events on an
+ * where its percentiles are not stored or it counts in the totals (rangeRowsQuery), its events on an
  * account's row of events.
  */
 interface FetchedRow {
@@ -100,19 +100,26 @@ function coarseCoverage(range: StatsRange): Coverage | null {
 /** Whether a bucket's histogram goes into the totals: outside the coarser rows the range covers whole. */
 const inTotals = (coverage: Coverage | null, startMs: number) => !coverage || startMs < coverage.since.getTime() || startMs >= coverage.until.getTime()
 
+type StatsTable = 'hook_stats' | 'account_stats'
+const ownerColumn = (table: StatsTable) => sql.identifier(table === 'hook_stats' ? 'hook_id' : 'account_id')
+
 /**
- * The select list of a range's rows of the table aliased `r` (FetchedRow). An account's rows are
- * per kind of writer (src/stats/rollups.ts); a kind's other columns hold zeros and empty maps, so
- * the kinds of one bucket add up into its figures.
+ * The range's rollup rows of one subscription (hook_stats) or account (account_stats), as
+ * FetchedRow. An account's rows are per kind of writer (src/stats/rollups.ts); a kind's other
+ * columns hold zeros and empty maps, so the kinds of one bucket add up into its figures.
  */
-function rowColumns(coverage: Coverage | null, table: 'hook_stats' | 'account_stats'): SQL {
+export function rangeRowsQuery(table: StatsTable, ownerId: string, range: StatsRange): SQL {
+  const coverage = coarseCoverage(range)
   const edge = coverage ? sql`(r.bucket < ${coverage.since.toISOString()}::timestamptz or r.bucket >= ${coverage.until.toISOString()}::timestamptz)` : sql`true`
   const account = table === 'account_stats'
   // date_part is a float; extract would compute a numeric for each row.
-  return sql`concat_ws(' ', date_part('epoch', r.bucket)::int8, r.attempts, r.succeeded, coalesce(r.p50_ms, -1), coalesce(r.p95_ms, -1), coalesce(r.p99_ms, -1), ${account ? sql`r.messages_sent` : sql`0`}) as figures,
-    case when r.attempts > r.succeeded then r.failures end as failures,
-    case when r.attempts > 0 and (r.p50_ms is null or ${edge}) then r.latency::text end as latency,
-    ${account ? sql`case when r.kind = 'events' then r.events end` : sql`null`} as events`
+  return sql`select concat_ws(' ', date_part('epoch', r.bucket)::int8, r.attempts, r.succeeded, coalesce(r.p50_ms, -1), coalesce(r.p95_ms, -1), coalesce(r.p99_ms, -1), ${account ? sql`r.messages_sent` : sql`0`}) as figures,
+      case when r.attempts > r.succeeded then r.failures end as failures,
+      case when r.attempts > 0 and (r.p50_ms is null or ${edge}) then r.latency::text end as latency,
+      ${account ? sql`case when r.kind = 'events' then r.events end` : sql`null`} as events
+    from ${sql.identifier(table)} r
+    where r.${ownerColumn(table)} = ${ownerId} and r.unit = ${range.interval}
+      and r.bucket >= ${range.since.toISOString()}::timestamptz and r.bucket < ${range.until.toISOString()}::timestamptz`
 }
 
 const counts = (value: Counts | string): Counts => (typeof value === 'string' ? JSON.parse(value) : value)
@@ -160,12 +167,12 @@ function bucketRowsOf(range: StatsRange, fetched: FetchedRow[]): (BucketRow | un
 }
 
 /** The histograms of the coarser rows the range covers whole. */
-async function coarseHistograms(db: Database, table: 'hook_stats' | 'account_stats', owner: SQL, coverage: Coverage | null): Promise<Histogram[]> {
+async function coarseHistograms(db: Database, table: StatsTable, ownerId: string, coverage: Coverage | null): Promise<Histogram[]> {
   if (!coverage) return []
   const rows = await queryRows<{ latency: string }>(
     db,
     sql`select latency::text as latency from ${sql.identifier(table)}
-        where ${owner} and unit = ${coverage.unit} and bucket >= ${coverage.since.toISOString()}::timestamptz and bucket < ${coverage.until.toISOString()}::timestamptz and attempts > 0`,
+        where ${ownerColumn(table)} = ${ownerId} and unit = ${coverage.unit} and bucket >= ${coverage.since.toISOString()}::timestamptz and bucket < ${coverage.until.toISOString()}::timestamptz and attempts > 0`,
   )
   return rows.map((row) => parseHistogram(row.latency))
 }
@@ -248,14 +255,9 @@ export async function readHookStats(db: Database, accountId: string, hookId: str
     : []
   if (!hook) throw notFound(`No subscription ${hookId} on this account.`)
   const coverage = coarseCoverage(range)
-  const owner = sql`hook_id = ${hookId}`
   const [fetched, coarse] = await Promise.all([
-    queryRows<FetchedRow>(
-      db,
-      sql`select ${rowColumns(coverage, 'hook_stats')} from hook_stats r
-          where r.${owner} and r.unit = ${range.interval} and r.bucket >= ${range.since.toISOString()}::timestamptz and r.bucket < ${range.until.toISOString()}::timestamptz`,
-    ),
-    coarseHistograms(db, 'hook_stats', owner, coverage),
+    queryRows<FetchedRow>(db, rangeRowsQuery('hook_stats', hookId, range)),
+    coarseHistograms(db, 'hook_stats', hookId, coverage),
   ])
   const rows = bucketRowsOf(range, fetched)
   const { attempts, succeeded, failed, failures, latency_ms } = totalsOf(range, coverage, rows, coarse)
@@ -271,14 +273,9 @@ export async function readHookStats(db: Database, accountId: string, hookId: str
 /** The account's health over the range: every subscription's attempts together, with its messages and events. */
 export async function readAccountStats(db: Database, accountId: string, range: StatsRange): Promise<AccountStats> {
   const coverage = coarseCoverage(range)
-  const owner = sql`account_id = ${accountId}`
   const [fetched, coarse, [pending]] = await Promise.all([
-    queryRows<FetchedRow>(
-      db,
-      sql`select ${rowColumns(coverage, 'account_stats')} from account_stats r
-          where r.${owner} and r.unit = ${range.interval} and r.bucket >= ${range.since.toISOString()}::timestamptz and r.bucket < ${range.until.toISOString()}::timestamptz`,
-    ),
-    coarseHistograms(db, 'account_stats', owner, coverage),
+    queryRows<FetchedRow>(db, rangeRowsQuery('account_stats', accountId, range)),
+    coarseHistograms(db, 'account_stats', accountId, coverage),
     queryRows<{ pending: number }>(
       db,
       // Per subscription, through the index of pending deliveries: a join may plan a scan of every delivery.
