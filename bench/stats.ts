@@ -16,7 +16,7 @@ export const FAILURE = `case when a.error is null and a.status_code between 200 
 const LATENCY_INDEX = `case when a.duration_ms <= ${EXACT_UP_TO} then greatest(a.duration_ms, 0) else ${EXACT_UP_TO} + ceil(ln(a.duration_ms / ${EXACT_UP_TO}.0) / ln(${GROWTH}))::int end`
 const UNITS = `(values ('minute'), ('hour'), ('day')) u(unit)`
 
-/** hook_stats and account_stats as the stored attempts, events and messages imply them, computed set by set: with `replace` they become the tables; without, answers how many rows differ from the tables. */
+/** hook_stats and account_stats as the stored attempts, events and messages imply them, computed set by set: with `replace` they become the tables; without, answers how many rows (an account's: figures) differ from the tables. */
 export async function impliedRollups(sql: Sql, replace: boolean): Promise<{ hooks: number; accounts: number; differences: number }> {
   return sql.begin(async (tx) => {
     await tx`set local work_mem = '256MB'`
@@ -36,8 +36,13 @@ export async function impliedRollups(sql: Sql, replace: boolean): Promise<{ hook
     await tx.unsafe(`insert into new_account_stats (account_id, unit, bucket, kind, messages_sent) select m.account_id, u.unit, date_trunc(u.unit, m.created_at, 'UTC'), 'messages', count(*)::int
       from messages m cross join ${UNITS} where m.direction = 'outbound' group by 1, 2, 3`)
     // The percentiles the service stores in closed rows (src/stats/closing.ts) are left out: tests/stats/closing.test.ts checks them.
-    const columns = (t: string) => `${t === 'hook_stats' ? 'hook_id' : 'account_id, kind, messages_sent, events'}, unit, bucket, attempts, succeeded, failures, latency`
-    const diff = (t: string) => `(select count(*) from (select ${columns(t)} from ${t} except select ${columns(t)} from new_${t}) x) + (select count(*) from (select ${columns(t)} from new_${t} except select ${columns(t)} from ${t}) y)`
+    // An account's bucket is compared figure by figure, whichever of its rows holds each: once closed, the service merges its kinds into one.
+    const figures = `select account_id, unit, bucket, f.field, f.key, sum(f.n)::bigint as n from %T r cross join lateral (
+      select 'attempts' as field, '' as key, r.attempts::bigint as n union all select 'succeeded', '', r.succeeded union all select 'sent', '', r.messages_sent
+      union all select 'failures', key, value::bigint from jsonb_each_text(r.failures) union all select 'latency', key, value::bigint from jsonb_each_text(r.latency)
+      union all select 'events', key, value::bigint from jsonb_each_text(r.events)) f where f.n <> 0 group by 1, 2, 3, 4, 5`
+    const rows = (t: string, from: string) => (t === 'hook_stats' ? `select hook_id, unit, bucket, attempts, succeeded, failures, latency from ${from}` : figures.replace('%T', from))
+    const diff = (t: string) => `(select count(*) from (${rows(t, t)} except ${rows(t, `new_${t}`)}) x) + (select count(*) from (${rows(t, `new_${t}`)} except ${rows(t, t)}) y)`
     const [r] = await tx.unsafe(`select (select count(*) from new_hook_stats)::int as hooks, (select count(*) from new_account_stats)::int as accounts,
       (${replace ? 0 : `${diff('hook_stats')} + ${diff('account_stats')}`})::int as differences`)
     if (replace) await tx.unsafe(`delete from hook_stats; delete from account_stats; insert into hook_stats select * from new_hook_stats; insert into account_stats select * from new_account_stats`)

@@ -97,7 +97,7 @@ import { createAccount, createUser } from '../src/accounts/service.ts'
 import { createApiKey } from '../src/auth/api-keys.ts'
 import { deleteExpiredEvents } from '../src/delivery/retention.ts'
 import { postgresDatabase } from '../src/lib/db/client.ts'
-import { storeClosedPercentiles } from '../src/stats/closing.ts'
+import { closeBuckets } from '../src/stats/closing.ts'
 import { rangeRowsQuery, readAccountStats, readHookStats } from '../src/stats/service.ts'
 import { natsStream, rabbitMqQueue } from './brokers.ts'
 import { DroppedError, HttpPool } from './http-client.ts'
@@ -1098,21 +1098,21 @@ async function stats(rig: Rig, summary: Summary): Promise<void> {
   await sql`update hooks set status = 'paused' where account_id = ${account.id} and id <> ${busy}`
   await sleep(1000)
   const check = await impliedRollups(sql, false)
-  log(`warm-up: the service wrote ${check.hooks} hook_stats and ${check.accounts} account_stats rows; this bench's SQL, from the attempt log, events and messages: ${check.differences} rows differ`)
-  summary.push(target('stats: rollups recomputed by bench/stats.ts from the warm-up, rows differing from the service\'s', String(check.differences), '0', check.differences === 0))
+  log(`warm-up: the service wrote ${check.hooks} hook_stats and ${check.accounts} account_stats rows; this bench's SQL, from the attempt log, events and messages: ${check.differences} rows (an account's: figures) differ`)
+  summary.push(target('stats: rollups recomputed by bench/stats.ts from the warm-up, rows (an account\'s: figures) differing from the service\'s', String(check.differences), '0', check.differences === 0))
   const end = new Date(Math.floor(Date.now() / 60_000) * 60_000)
   const [sample] = await sql`select id, payload from events where account_id = ${account.id} and type = 'message.delivered' limit 1`
   const t0 = performance.now()
   log(`seeding ${fmtInt(ROWS)} attempts over the 7 days before ${end.toISOString()} with their events and deliveries (batches of 500,000), then their rollups and VACUUM ANALYZE`)
   await seedAttempts(sql, { accountId: account.id, hookIds: hooks.map((h) => h.id), total: ROWS, days: 7, end, payload: { id: sample!.id, text: sample!.payload }, log })
   const built = await impliedRollups(sql, true)
-  // The service stores a closed bucket's percentiles within a minute of its end (src/stats/closing.ts): done here for the seeded ones at once.
+  // The service closes a bucket within a minute of its end (src/stats/closing.ts: an account's rows merged, percentiles stored): done here for the seeded ones at once.
   const t1 = performance.now()
   const closed = (await sql`select distinct unit, bucket::text as bucket from hook_stats where bucket + ('1 ' || unit)::interval <= now()`).map((r) => ({ unit: r.unit, bucket: r.bucket }))
   const handle = postgresDatabase(rig.store.database!.url.href, { max: 1 })
   onCleanup(() => handle.close())
-  const filled = await storeClosedPercentiles(handle.db, closed)
-  log(`  percentiles stored in ${fmtInt(filled)} closed rows (${fmtInt(closed.length)} buckets) in ${((performance.now() - t1) / 1000).toFixed(1)} s`)
+  const done = await closeBuckets(handle.db, closed)
+  log(`  ${fmtInt(closed.length)} buckets closed in ${((performance.now() - t1) / 1000).toFixed(1)} s: ${fmtInt(done.merged)} account rows merged, percentiles stored in ${fmtInt(done.stored)} rows`)
   await sql`vacuum analyze events, deliveries, delivery_attempts, hook_stats, account_stats`
   const keys = await sql`select unit, count(*)::int as n, avg((select count(*) from jsonb_object_keys(latency)))::float8 as k from hook_stats where hook_id = ${busy} group by 1 order by 2 desc`
   log(`  done in ${((performance.now() - t0) / 1000).toFixed(0)} s: ${fmtInt(built.hooks)} hook_stats and ${fmtInt(built.accounts)} account_stats rows; the busy subscription's: ${keys.map((r) => `${fmtInt(r.n)} ${r.unit} rows of ${fmtFixed(r.k, 1)} latency buckets`).join(', ')}`)

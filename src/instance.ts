@@ -32,7 +32,7 @@ import { startDeliveryWorker } from './delivery/supervisor.ts'
 import { createCommitNotifier } from './delivery/commit-notifier.ts'
 import { createMetrics, type Metrics } from './ops/metrics.ts'
 import { ensureDashboardClient } from './dashboard/client.ts'
-import { startPercentileSweep } from './stats/closing.ts'
+import { startClosingSweep } from './stats/closing.ts'
 
 // The composition root: how one running instance is assembled from configuration, a database
 // and the features. The runtime entries (src/main.ts, src/main.deno.ts) and the tests start it.
@@ -167,7 +167,7 @@ export async function createInstance(options: {
   const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger, metrics: metrics?.delivery }) : undefined
   const successorErasure = startSuccessorErasure({ db: handle.db, graceSeconds: config.oauthRefreshGraceSeconds, logger })
   const eventRetention = startEventRetention({ db: handle.db, retentionDays: config.eventRetentionDays, logger })
-  const percentileSweep = startPercentileSweep({ db: handle.db, logger })
+  const closingSweep = startClosingSweep({ db: handle.db, logger })
   const eventSubscriptionSweep = startEventSubscriptionSweep({ db: handle.db, secretBox, send: { timeoutMs: config.webhookTimeoutMs, allowPrivate: config.webhookAllowPrivateTargets, ca: config.webhookCaPem }, logger })
   const queuedCatchUp = startQueuedCatchUp(messaging)
   const staleHits = startPeriodicSweep({ sweep: () => deleteStaleHits(handle.db), intervalMs: 3_600_000, logger, failure: 'deleting stale rate-limit counters failed' })
@@ -186,7 +186,7 @@ export async function createInstance(options: {
       notifier?.stop()
       await successorErasure.stop()
       await eventRetention.stop()
-      await percentileSweep.stop()
+      await closingSweep.stop()
       await eventSubscriptionSweep.stop()
       await queuedCatchUp.stop()
       await staleHits.stop()

@@ -28,7 +28,7 @@ const bucketOf = (at: SQL) => sql`date_trunc(u.unit, ${at}, 'UTC')`
  * function: PostgreSQL cannot inline a function with a subquery, and the call cost half as much
  * again (docs/performance.md).
  */
-const addedCounts = (current: SQL, delta: SQL) =>
+export const addedCounts = (current: SQL, delta: SQL) =>
   sql`${current} || coalesce((select jsonb_object_agg(key, coalesce((${current} ->> key)::bigint, 0) + value::bigint) from jsonb_each_text(${delta})), '{}'::jsonb)`
 
 /** A condition true once each of these members of the statement's WITH has done its writes. */

@@ -52,8 +52,8 @@ export function statsRange(query: Static<typeof StatsQuery>, now: Date): StatsRa
  * 1,440 rows, and each column of each row costs the client a decoded string and a parse: seven
  * columns made up most of an answer's CPU (docs/performance.md#packed-rows-fewer-strings-decoded-per-answer-2026-11-27).
  * The maps come only where a row has them: its failures when some attempts failed, its histogram
- * where its percentiles are not stored or it counts in the totals (rangeRowsQuery), its events on an
- * account's row of events.
+ * where its percentiles are not stored or it counts in the totals (rangeRowsQuery), its events
+ * where it has some.
  */
 interface FetchedRow {
   figures: string
@@ -71,6 +71,9 @@ interface BucketRow {
   histogram: Histogram | undefined
   sent: number
   events: Counts | undefined
+  /** Rows with attempts, and how many of their histograms were fetched: see lateBuckets. */
+  timedRows: number
+  histograms: number
 }
 
 /**
@@ -105,8 +108,9 @@ const ownerColumn = (table: StatsTable) => sql.identifier(table === 'hook_stats'
 
 /**
  * The range's rollup rows of one subscription (hook_stats) or account (account_stats), as
- * FetchedRow. An account's rows are per kind of writer (src/stats/rollups.ts); a kind's other
- * columns hold zeros and empty maps, so the kinds of one bucket add up into its figures.
+ * FetchedRow. An account's rows are per kind of writer while their bucket is open
+ * (src/stats/rollups.ts), one merged row once it closed (src/stats/closing.ts); a kind's other
+ * columns hold zeros and empty maps, so the rows of one bucket add up into its figures.
  */
 export function rangeRowsQuery(table: StatsTable, ownerId: string, range: StatsRange): SQL {
   const coverage = coarseCoverage(range)
@@ -116,7 +120,7 @@ export function rangeRowsQuery(table: StatsTable, ownerId: string, range: StatsR
   return sql`select concat_ws(' ', date_part('epoch', r.bucket)::int8, r.attempts, r.succeeded, coalesce(r.p50_ms, -1), coalesce(r.p95_ms, -1), coalesce(r.p99_ms, -1), ${account ? sql`r.messages_sent` : sql`0`}) as figures,
       case when r.attempts > r.succeeded then r.failures end as failures,
       case when r.attempts > 0 and (r.p50_ms is null or ${edge}) then r.latency::text end as latency,
-      ${account ? sql`case when r.kind = 'events' then r.events end` : sql`null`} as events
+      ${account ? sql`case when r.events <> '{}'::jsonb then r.events end` : sql`null`} as events
     from ${sql.identifier(table)} r
     where r.${ownerColumn(table)} = ${ownerId} and r.unit = ${range.interval}
       and r.bucket >= ${range.since.toISOString()}::timestamptz and r.bucket < ${range.until.toISOString()}::timestamptz`
@@ -154,16 +158,59 @@ function bucketRowsOf(range: StatsRange, fetched: FetchedRow[]): (BucketRow | un
   for (const fetchedRow of fetched) {
     const [epoch, attempts, succeeded, p50, p95, p99, sent] = scanFigures(fetchedRow.figures) as [number, number, number, number, number, number, number]
     const index = (epoch * 1000 - since) / unit
-    const row = (rows[index] ??= { attempts: 0, succeeded: 0, failures: undefined, stored: null, histogram: undefined, sent: 0, events: undefined })
+    const row = (rows[index] ??= { attempts: 0, succeeded: 0, failures: undefined, stored: null, histogram: undefined, sent: 0, events: undefined, timedRows: 0, histograms: 0 })
     row.attempts += attempts
     row.succeeded += succeeded
     row.sent += sent
+    if (attempts > 0) row.timedRows++
     if (p50 >= 0) row.stored = { p50, p95, p99 }
-    if (fetchedRow.failures !== null) row.failures = counts(fetchedRow.failures)
-    if (fetchedRow.latency !== null) row.histogram = parseHistogram(fetchedRow.latency)
-    if (fetchedRow.events !== null) row.events = counts(fetchedRow.events)
+    if (fetchedRow.failures !== null) row.failures = row.failures ? addCounts(row.failures, counts(fetchedRow.failures)) : counts(fetchedRow.failures)
+    if (fetchedRow.latency !== null) {
+      row.histogram = addHistograms(row.histogram, parseHistogram(fetchedRow.latency))
+      row.histograms++
+    }
+    if (fetchedRow.events !== null) row.events = row.events ? addCounts(row.events, counts(fetchedRow.events)) : counts(fetchedRow.events)
   }
   return rows
+}
+
+function addHistograms(into: Histogram | undefined, more: Histogram): Histogram {
+  if (!into) return more
+  const sum = new HistogramSum()
+  sum.add(into)
+  sum.add(more)
+  return sum.histogram()
+}
+
+/**
+ * A closed bucket of an account is one row (src/stats/closing.ts), but a transaction begun in it
+ * that commits later writes a row of its kind beside it until the next sweep merges them. Such a
+ * bucket's percentiles are those of both rows' histograms together, not the closed row's stored
+ * ones: the histograms not fetched yet are fetched here, a second query only while such a row
+ * waits for the sweep.
+ */
+async function completeLateBuckets(db: Database, table: StatsTable, ownerId: string, range: StatsRange, rows: (BucketRow | undefined)[]): Promise<void> {
+  const unit = UNIT_MS[range.interval]
+  const late = new Map<number, BucketRow>()
+  rows.forEach((row, index) => {
+    if (row && row.timedRows > 1) {
+      row.stored = null
+      if (row.histograms < row.timedRows) late.set(range.since.getTime() + index * unit, row)
+    }
+  })
+  if (late.size === 0) return
+  const starts = JSON.stringify([...late.keys()].map((start) => new Date(start).toISOString()))
+  const fetched = await queryRows<{ epoch: number; latency: string }>(
+    db,
+    sql`select date_part('epoch', bucket) as epoch, latency::text as latency from ${sql.identifier(table)}
+        where ${ownerColumn(table)} = ${ownerId} and unit = ${range.interval} and attempts > 0
+          and bucket in (select value::timestamptz from jsonb_array_elements_text(${starts}::jsonb))`,
+  )
+  for (const row of late.values()) row.histogram = undefined
+  for (const { epoch, latency } of fetched) {
+    const row = late.get(Number(epoch) * 1000)!
+    row.histogram = addHistograms(row.histogram, parseHistogram(latency))
+  }
 }
 
 /** The histograms of the coarser rows the range covers whole. */
@@ -285,6 +332,7 @@ export async function readAccountStats(db: Database, accountId: string, range: S
     ),
   ])
   const rows = bucketRowsOf(range, fetched)
+  await completeLateBuckets(db, 'account_stats', accountId, range, rows)
   return {
     account_id: accountId,
     ...rangeFields(range),

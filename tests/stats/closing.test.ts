@@ -1,7 +1,7 @@
 import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { sql } from 'drizzle-orm'
 import { queryRows } from '../../src/lib/db/client.ts'
-import { closedBuckets, storeClosedPercentiles, type ClosedBucket } from '../../src/stats/closing.ts'
+import { closeBuckets, closedBuckets, mergeClosedAccountRows, storeClosedPercentiles, type ClosedBucket } from '../../src/stats/closing.ts'
 import { startTestServer, json } from '../support/server.ts'
 import { startReceiver } from '../support/receiver.ts'
 
@@ -70,68 +70,114 @@ async function rollupRows(): Promise<Map<string, { attempts: number; p50: number
     db,
     sql`select 'hook ' || unit || ' ' || bucket::text as key, attempts, p50_ms from hook_stats where hook_id = ${hookId}
         union all
-        select 'account ' || unit || ' ' || bucket::text, attempts, p50_ms from account_stats where account_id = ${alice.accountId} and kind = 'attempts'`,
+        select 'account ' || kind || ' ' || unit || ' ' || bucket::text, attempts, p50_ms from account_stats where account_id = ${alice.accountId} and attempts > 0`,
   )
   return new Map(rows.map((row) => [row.key, { attempts: Number(row.attempts), p50: row.p50_ms }]))
 }
 const unfilled = async () => [...(await rollupRows()).values()].filter((row) => row.p50 === null).length
 
-describe('percentiles stored when a bucket closes', () => {
-  test('every answer is the same before and after they are stored; a late commit into a closed bucket clears them and counts', async () => {
+/** The account's rows by kind: how many of each. */
+async function accountKinds(): Promise<Record<string, number>> {
+  const rows = await queryRows<{ kind: string; n: number }>(db, sql`select kind, count(*)::int as n from account_stats where account_id = ${alice.accountId} group by 1`)
+  return Object.fromEntries(rows.map((row) => [row.kind, Number(row.n)]))
+}
+
+/** Each bucket's percentiles, subscription against account: with one subscription they are the same figures. */
+function expectAccountLatencyEqualsHooks(read: any[]) {
+  for (let range = 0; range < read.length; range += 2) {
+    expect(read[range + 1].totals.latency_ms).toEqual(read[range].totals.latency_ms)
+    expect(read[range + 1].buckets.map((bucket: any) => bucket.latency_ms)).toEqual(read[range].buckets.map((bucket: any) => bucket.latency_ms))
+  }
+}
+
+describe('closing a bucket: an account\'s rows merged, percentiles stored', () => {
+  test('every answer is the same before and after; a late commit into a closed bucket counts, with the percentiles of all its attempts', async () => {
     await inbound(12)
+    expect((await call('POST', '/messages', { to: '+447700900123', body: 'counted as sent' })).status).toBe(202)
+    for (let tries = 0; (await json(await call('GET', '/stats'))).totals.messages.delivered === 0; tries++) {
+      expect(tries).toBeLessThan(400)
+      await Bun.sleep(25)
+    }
     const computed = await answers()
     expect(computed[0].totals.attempts).toBe(12)
     expect(computed[0].totals.latency_ms.p99).toBeGreaterThan(computed[0].totals.latency_ms.p50)
+    expect(computed[1].totals.messages).toMatchObject({ sent: 1, delivered: 1 })
+    expect(computed[1].totals.events['message.inbound']).toBe(12)
 
-    // The hook's minute, hour and day rows and the account's (more should a minute have ended meanwhile): filled once.
-    const open = await unfilled()
-    expect(open).toBeGreaterThanOrEqual(6)
-    expect(await storeClosedPercentiles(db, await currentBuckets())).toBe(open)
+    // The hook's minute, hour and day rows and the account's of each kind (more should a minute have ended meanwhile).
+    const kinds = await accountKinds()
+    expect(Object.keys(kinds).sort()).toEqual(['attempts', 'events', 'messages'])
+    const hookRows = [...(await rollupRows()).keys()].filter((key) => key.startsWith('hook ')).length
+    expect(hookRows).toBeGreaterThanOrEqual(3)
+    const closedRows = kinds.attempts! // every bucket with attempts has one closed row after (the message and events share those buckets or add their own)
+    const closed = await closeBuckets(db, await currentBuckets())
+    expect(closed.merged).toBe(kinds.attempts! + kinds.events! + kinds.messages!)
+    const after = await accountKinds()
+    expect(Object.keys(after)).toEqual(['closed'])
+    expect(after.closed).toBeGreaterThanOrEqual(closedRows)
+    expect(closed.stored).toBe(hookRows + closedRows)
     expect(await unfilled()).toBe(0)
-    expect(await storeClosedPercentiles(db, await currentBuckets())).toBe(0)
+    expect(await closeBuckets(db, await currentBuckets())).toEqual({ merged: 0, stored: 0 })
     expect(await answers()).toEqual(computed)
 
     // What is stored is what is served.
     await db.execute(sql`update hook_stats set p99_ms = 99999 where hook_id = ${hookId} and unit = 'minute'`)
-    const served = await json(await call('GET', `/hooks/${hookId}/stats?${ranges()[0]}`))
-    expect(served.buckets.filter((bucket: any) => bucket.latency_ms?.p99 === 99999)).toHaveLength(1)
-    expect(served.totals).toEqual(computed[0].totals)
+    await db.execute(sql`update account_stats set p99_ms = 99999 where account_id = ${alice.accountId} and unit = 'minute'`)
+    const served = await Promise.all([call('GET', `/hooks/${hookId}/stats?${ranges()[0]}`), call('GET', `/stats?${ranges()[0]}`)].map(async (response) => json(await response)))
+    for (const [index, answer] of served.entries()) {
+      expect(answer.buckets.filter((bucket: any) => bucket.latency_ms?.p99 === 99999)).toHaveLength(1)
+      expect(answer.totals).toEqual(computed[index].totals)
+    }
 
-    // A transaction begun in a bucket may commit into it after the sweep: its rows are open again and count it.
+    // A transaction begun in a bucket may commit into it after the sweep: the subscription's rows
+    // are open again, the account has a row of each kind again beside its closed one, and both count.
     const swept = await rollupRows()
     await inbound(3)
-    const reopened = [...(await rollupRows()).entries()].filter(([key, row]) => row.attempts !== swept.get(key)?.attempts)
-    expect(reopened.length).toBeGreaterThanOrEqual(6)
+    const reopened = [...(await rollupRows()).entries()].filter(([key, row]) => key.startsWith('hook ') && row.attempts !== swept.get(key)?.attempts)
+    expect(reopened.length).toBeGreaterThanOrEqual(3)
     for (const [key, row] of reopened) expect({ key, p50: row.p50 }).toEqual({ key, p50: null })
-    const after = await answers()
-    expect(after[0].totals.attempts).toBe(15)
-    expect(after[1].totals.attempts).toBe(15)
-    const lastBucket = after[0].buckets.findLast((bucket: any) => bucket.attempts > 0)
-    expect(lastBucket.latency_ms.p99).not.toBe(99999)
-    const reopenedCount = await unfilled()
-    expect(await storeClosedPercentiles(db, await currentBuckets())).toBe(reopenedCount)
+    const lateKinds = await accountKinds()
+    expect(Object.keys(lateKinds).sort()).toEqual(['attempts', 'closed', 'events'])
+    expect(lateKinds.closed).toBe(after.closed!)
+    const late = await answers()
+    expect(late[0].totals.attempts).toBe(15)
+    expect(late[1].totals.attempts).toBe(15)
+    expect(late[1].totals.events['message.inbound']).toBe(15)
+    expect(late[1].totals.messages.sent).toBe(1)
+    // The closed row's stored percentiles (99999 here) are not the bucket's any more: both rows' histograms are.
+    expect(late[1].buckets.findLast((bucket: any) => bucket.attempts > 0).latency_ms.p99).not.toBe(99999)
+    expectAccountLatencyEqualsHooks(late)
+
+    // The next sweep merges the late rows: one row per bucket again, the same answers.
+    const again = await closeBuckets(db, await currentBuckets())
+    expect(again.merged).toBeGreaterThanOrEqual(2)
+    expect(Object.keys(await accountKinds())).toEqual(['closed'])
     expect(await unfilled()).toBe(0)
-    expect(await answers()).toEqual(after)
+    expect(await answers()).toEqual(late)
   })
 
-  test.if(server.database.handle.kind === 'postgres')('a row another transaction holds is skipped, not waited for, and filled by the next sweep', async () => {
+  test.if(server.database.handle.kind === 'postgres')('a row another transaction holds is skipped, not waited for, and closed by the next sweep', async () => {
     await inbound(2)
     const buckets = await currentBuckets()
     const open = await unfilled()
+    const openAccountRows = (await accountKinds()).attempts! + (await accountKinds()).events!
     const held = Promise.withResolvers<void>()
     const locked = Promise.withResolvers<void>()
     const holder = db.transaction(async (tx) => {
       await tx.execute(sql`select 1 from hook_stats where hook_id = ${hookId} and unit = 'minute' order by bucket desc limit 1 for update`)
+      await tx.execute(sql`select 1 from account_stats where account_id = ${alice.accountId} and kind = 'events' and unit = 'minute' order by bucket desc limit 1 for update`)
       locked.resolve()
       await held.promise
     })
     await locked.promise
     const started = performance.now()
+    expect(await mergeClosedAccountRows(db, buckets)).toBe(openAccountRows - 1)
     expect(await storeClosedPercentiles(db, buckets)).toBe(open - 1)
     expect(performance.now() - started).toBeLessThan(5_000)
     held.resolve()
     await holder
-    expect(await storeClosedPercentiles(db, buckets)).toBe(1)
+    expect(await closeBuckets(db, buckets)).toEqual({ merged: 1, stored: 1 })
+    expect(Object.keys(await accountKinds())).toEqual(['closed'])
   })
 })
 
