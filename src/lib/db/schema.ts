@@ -491,7 +491,8 @@ export const hookStats = pgTable(
  * The same per account, all its subscriptions together, with its messages and events
  * (src/stats/rollups.ts). Each kind of writer has rows of its own (`kind`): recording attempts,
  * accepting messages and storing events each rewrite their row many times a second, and would
- * otherwise wait on each other's row locks.
+ * otherwise wait on each other's row locks. Once the bucket has closed nobody does, and its rows
+ * become one (src/stats/closing.ts).
  */
 export const accountStats = pgTable(
   'account_stats',
@@ -499,7 +500,7 @@ export const accountStats = pgTable(
     accountId: ownerId('account_id', () => accounts.id),
     unit: text('unit').notNull(),
     bucket: timestamp('bucket', { withTimezone: true, mode: 'date' }).notNull(),
-    /** attempts, messages or events: which statement writes the row. */
+    /** attempts, messages or events: which statement writes the row; closed: all three, merged once the bucket closed (src/stats/closing.ts). */
     kind: text('kind').notNull(),
     attempts: integer('attempts').notNull().default(0),
     succeeded: integer('succeeded').notNull().default(0),
