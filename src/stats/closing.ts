@@ -41,9 +41,10 @@ export function closedBuckets(now: Date): ClosedBucket[] {
   return buckets
 }
 
+/** Each table's rows by primary key: an account's bucket can hold a closed row and a late row of a kind beside it. */
 const TABLES = [
-  { table: 'hook_stats', key: 'hook_id' },
-  { table: 'account_stats', key: 'account_id' },
+  { table: 'hook_stats', key: 'hook_id', kind: sql`''` },
+  { table: 'account_stats', key: 'account_id', kind: sql`s.kind` },
 ] as const
 
 const bucketList = (buckets: readonly ClosedBucket[]) => sql`jsonb_to_recordset(${JSON.stringify(buckets)}::jsonb) as c(unit text, bucket timestamptz)`
@@ -120,29 +121,29 @@ export async function mergeClosedAccountRows(db: Database, buckets: readonly Clo
 export async function storeClosedPercentiles(db: Database, buckets: readonly ClosedBucket[]): Promise<number> {
   const candidates = bucketList(buckets)
   let stored = 0
-  for (const { table, key } of TABLES) {
+  for (const { table, key, kind } of TABLES) {
     let after = sql`true`
     for (;;) {
-      const rows = await queryRows<{ key: string; unit: string; bucket: string; attempts: number; latency: string }>(
+      const rows = await queryRows<{ key: string; unit: string; bucket: string; kind: string; attempts: number; latency: string }>(
         db,
-        sql`select s.${sql.identifier(key)} as key, s.unit, s.bucket::text as bucket, s.attempts, s.latency::text as latency
+        sql`select s.${sql.identifier(key)} as key, s.unit, s.bucket::text as bucket, ${kind} as kind, s.attempts, s.latency::text as latency
             from ${candidates} join ${sql.identifier(table)} s on s.bucket = c.bucket and s.unit = c.unit
             where s.p50_ms is null and s.attempts > 0 and ${after}
-            order by 1, 2, 3 limit ${ROWS_PER_ROUND}`,
+            order by 1, 2, 3, 4 limit ${ROWS_PER_ROUND}`,
       )
       if (rows.length === 0) break
-      const figures = rows.flatMap(({ key, unit, bucket, attempts, latency }) => {
+      const figures = rows.flatMap(({ key, unit, bucket, kind, attempts, latency }) => {
         const found = percentiles(parseHistogram(latency))
-        return found ? [{ key, unit, bucket, attempts: Number(attempts), ...found }] : []
+        return found ? [{ key, unit, bucket, kind, attempts: Number(attempts), ...found }] : []
       })
       const updated = await queryRows<{ n: number }>(
         db,
         sql`with figures as (
-              select * from jsonb_to_recordset(${JSON.stringify(figures)}::jsonb) as f(key text, unit text, bucket timestamptz, attempts int, p50 int, p95 int, p99 int)
+              select * from jsonb_to_recordset(${JSON.stringify(figures)}::jsonb) as f(key text, unit text, bucket timestamptz, kind text, attempts int, p50 int, p95 int, p99 int)
             ),
             free as (
               select s.ctid as row_id, f.p50, f.p95, f.p99
-              from figures f join ${sql.identifier(table)} s on s.${sql.identifier(key)} = f.key and s.unit = f.unit and s.bucket = f.bucket
+              from figures f join ${sql.identifier(table)} s on s.${sql.identifier(key)} = f.key and s.unit = f.unit and s.bucket = f.bucket and ${kind} = f.kind
               where s.attempts = f.attempts and s.p50_ms is null
               for update of s skip locked
             ),
@@ -156,7 +157,7 @@ export async function storeClosedPercentiles(db: Database, buckets: readonly Clo
       stored += Number(updated[0]?.n ?? 0)
       if (rows.length < ROWS_PER_ROUND) break
       const last = rows[rows.length - 1]!
-      after = sql`(s.${sql.identifier(key)}, s.unit, s.bucket) > (${last.key}, ${last.unit}, ${last.bucket}::timestamptz)`
+      after = sql`(s.${sql.identifier(key)}, s.unit, s.bucket, ${kind}) > (${last.key}, ${last.unit}, ${last.bucket}::timestamptz, ${last.kind})`
     }
   }
   return stored

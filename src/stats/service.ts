@@ -71,7 +71,7 @@ interface BucketRow {
   histogram: Histogram | undefined
   sent: number
   events: Counts | undefined
-  /** Rows with attempts, and how many of their histograms were fetched: see lateBuckets. */
+  /** Rows with attempts, and how many of their histograms were fetched: see completeLateBuckets. */
   timedRows: number
   histograms: number
 }

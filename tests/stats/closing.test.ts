@@ -160,7 +160,8 @@ describe('closing a bucket: an account\'s rows merged, percentiles stored', () =
     await inbound(2)
     const buckets = await currentBuckets()
     const open = await unfilled()
-    const openAccountRows = (await accountKinds()).attempts! + (await accountKinds()).events!
+    const openKinds = await accountKinds()
+    const openAccountRows = openKinds.attempts! + openKinds.events!
     const held = Promise.withResolvers<void>()
     const locked = Promise.withResolvers<void>()
     const holder = db.transaction(async (tx) => {
@@ -178,6 +179,42 @@ describe('closing a bucket: an account\'s rows merged, percentiles stored', () =
     await holder
     expect(await closeBuckets(db, buckets)).toEqual({ merged: 1, stored: 1 })
     expect(Object.keys(await accountKinds())).toEqual(['closed'])
+  })
+})
+
+describe('two sweeps at once', () => {
+  test('each merges what the other did not take: the answers do not change, and each bucket is one row', async () => {
+    await inbound(3)
+    const before = await answers()
+    const results = await Promise.all([closeBuckets(db, await currentBuckets()), closeBuckets(db, await currentBuckets())])
+    expect(results[0]!.merged + results[1]!.merged).toBeGreaterThanOrEqual(2)
+    expect(Object.keys(await accountKinds())).toEqual(['closed'])
+    expect(await answers()).toEqual(before)
+  })
+})
+
+describe('storeClosedPercentiles', () => {
+  test('a closed row and a late row of the same bucket and attempts each get the percentiles of their own histogram', async () => {
+    await inbound(2)
+    await closeBuckets(db, await currentBuckets())
+    const [closed] = await queryRows<{ bucket: string; attempts: number }>(
+      db,
+      sql`select bucket::text as bucket, attempts from account_stats where account_id = ${alice.accountId} and kind = 'closed' and unit = 'minute' order by bucket desc limit 1`,
+    )
+    // Both rows hold the same number of attempts, the closed one fast (all at 5 ms), the late one slow (all at 90 ms).
+    await db.execute(sql`update account_stats set latency = jsonb_build_object('5', attempts), p50_ms = null, p95_ms = null, p99_ms = null
+                         where account_id = ${alice.accountId} and kind = 'closed' and unit = 'minute' and bucket = ${closed!.bucket}::timestamptz`)
+    await db.execute(sql`insert into account_stats (account_id, unit, bucket, kind, attempts, succeeded, latency)
+                         values (${alice.accountId}, 'minute', ${closed!.bucket}::timestamptz, 'attempts', ${closed!.attempts}, ${closed!.attempts}, jsonb_build_object('90', ${closed!.attempts}::int))`)
+    await storeClosedPercentiles(db, [{ unit: 'minute', bucket: closed!.bucket }])
+    const rows = await queryRows<{ kind: string; p50_ms: number; p99_ms: number }>(
+      db,
+      sql`select kind, p50_ms, p99_ms from account_stats where account_id = ${alice.accountId} and unit = 'minute' and bucket = ${closed!.bucket}::timestamptz order by kind`,
+    )
+    expect(rows).toEqual([
+      { kind: 'attempts', p50_ms: 90, p99_ms: 90 },
+      { kind: 'closed', p50_ms: 5, p99_ms: 5 },
+    ])
   })
 })
 
