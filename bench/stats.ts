@@ -37,11 +37,11 @@ export async function impliedRollups(sql: Sql, replace: boolean): Promise<{ hook
       from messages m cross join ${UNITS} where m.direction = 'outbound' group by 1, 2, 3`)
     // The percentiles the service stores in closed rows (src/stats/closing.ts) are left out: tests/stats/closing.test.ts checks them.
     // An account's bucket is compared figure by figure, whichever of its rows holds each: once closed, the service merges its kinds into one.
-    const figures = `select account_id, unit, bucket, f.field, f.key, sum(f.n)::bigint as n from %T r cross join lateral (
+    const figures = (from: string) => `select account_id, unit, bucket, f.field, f.key, sum(f.n)::bigint as n from ${from} r cross join lateral (
       select 'attempts' as field, '' as key, r.attempts::bigint as n union all select 'succeeded', '', r.succeeded union all select 'sent', '', r.messages_sent
       union all select 'failures', key, value::bigint from jsonb_each_text(r.failures) union all select 'latency', key, value::bigint from jsonb_each_text(r.latency)
       union all select 'events', key, value::bigint from jsonb_each_text(r.events)) f where f.n <> 0 group by 1, 2, 3, 4, 5`
-    const rows = (t: string, from: string) => (t === 'hook_stats' ? `select hook_id, unit, bucket, attempts, succeeded, failures, latency from ${from}` : figures.replace('%T', from))
+    const rows = (t: string, from: string) => (t === 'hook_stats' ? `select hook_id, unit, bucket, attempts, succeeded, failures, latency from ${from}` : figures(from))
     const diff = (t: string) => `(select count(*) from (${rows(t, t)} except ${rows(t, `new_${t}`)}) x) + (select count(*) from (${rows(t, `new_${t}`)} except ${rows(t, t)}) y)`
     const [r] = await tx.unsafe(`select (select count(*) from new_hook_stats)::int as hooks, (select count(*) from new_account_stats)::int as accounts,
       (${replace ? 0 : `${diff('hook_stats')} + ${diff('account_stats')}`})::int as differences`)

@@ -127,6 +127,8 @@ export function rangeRowsQuery(table: StatsTable, ownerId: string, range: StatsR
 }
 
 const counts = (value: Counts | string): Counts => (typeof value === 'string' ? JSON.parse(value) : value)
+/** A bucket's map with one more row's added: a closed row and a late one can both have some. */
+const withCounts = (into: Counts | undefined, value: Counts | string): Counts => (into ? addCounts(into, counts(value)) : counts(value))
 
 const SPACE = 32
 const MINUS = 45
@@ -164,12 +166,12 @@ function bucketRowsOf(range: StatsRange, fetched: FetchedRow[]): (BucketRow | un
     row.sent += sent
     if (attempts > 0) row.timedRows++
     if (p50 >= 0) row.stored = { p50, p95, p99 }
-    if (fetchedRow.failures !== null) row.failures = row.failures ? addCounts(row.failures, counts(fetchedRow.failures)) : counts(fetchedRow.failures)
+    if (fetchedRow.failures !== null) row.failures = withCounts(row.failures, fetchedRow.failures)
     if (fetchedRow.latency !== null) {
       row.histogram = addHistograms(row.histogram, parseHistogram(fetchedRow.latency))
       row.histograms++
     }
-    if (fetchedRow.events !== null) row.events = row.events ? addCounts(row.events, counts(fetchedRow.events)) : counts(fetchedRow.events)
+    if (fetchedRow.events !== null) row.events = withCounts(row.events, fetchedRow.events)
   }
   return rows
 }
@@ -189,7 +191,7 @@ function addHistograms(into: Histogram | undefined, more: Histogram): Histogram 
  * ones: the histograms not fetched yet are fetched here, a second query only while such a row
  * waits for the sweep.
  */
-async function completeLateBuckets(db: Database, table: StatsTable, ownerId: string, range: StatsRange, rows: (BucketRow | undefined)[]): Promise<void> {
+async function completeLateBuckets(db: Database, accountId: string, range: StatsRange, rows: (BucketRow | undefined)[]): Promise<void> {
   const unit = UNIT_MS[range.interval]
   const late = new Map<number, BucketRow>()
   rows.forEach((row, index) => {
@@ -202,8 +204,8 @@ async function completeLateBuckets(db: Database, table: StatsTable, ownerId: str
   const starts = JSON.stringify([...late.keys()].map((start) => new Date(start).toISOString()))
   const fetched = await queryRows<{ epoch: number; latency: string }>(
     db,
-    sql`select date_part('epoch', bucket) as epoch, latency::text as latency from ${sql.identifier(table)}
-        where ${ownerColumn(table)} = ${ownerId} and unit = ${range.interval} and attempts > 0
+    sql`select date_part('epoch', bucket) as epoch, latency::text as latency from account_stats
+        where account_id = ${accountId} and unit = ${range.interval} and attempts > 0
           and bucket in (select value::timestamptz from jsonb_array_elements_text(${starts}::jsonb))`,
   )
   for (const row of late.values()) row.histogram = undefined
@@ -332,7 +334,7 @@ export async function readAccountStats(db: Database, accountId: string, range: S
     ),
   ])
   const rows = bucketRowsOf(range, fetched)
-  await completeLateBuckets(db, 'account_stats', accountId, range, rows)
+  await completeLateBuckets(db, accountId, range, rows)
   return {
     account_id: accountId,
     ...rangeFields(range),
