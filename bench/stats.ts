@@ -5,6 +5,7 @@
 import { EXACT_UP_TO, GROWTH, HistogramSum, parseHistogram, percentiles as histogramPercentiles } from '../src/stats/histogram.ts'
 import { sql as drizzleSql, type SQL } from 'drizzle-orm'
 import { queryRows, type Database } from '../src/lib/db/client.ts'
+import { createStatsCache, type StatsCache } from '../src/stats/service.ts'
 import { HttpPool } from './http-client.ts'
 import { fail, fmtInt, median, percentiles, postgresCpuSeconds, processCpuSeconds, startCpu, type Sql } from './harness.ts'
 
@@ -117,14 +118,15 @@ export async function medianMs(runs: number, f: () => unknown): Promise<number> 
 
 /**
  * Where a GET …/stats spends its time, measured in this process (medians of 20): the service's rollup query
- * (src/stats/service.ts rangeRowsQuery) in PostgreSQL (EXPLAIN ANALYZE) and fetched as the service fetches it, the
+ * (src/stats/service.ts rangeRowsQuery) in PostgreSQL (EXPLAIN ANALYZE) and fetched as the service fetches it, the version query of its settled part, the
  * histograms among its rows scanned (parseHistogram), their percentiles and the totals' merge (src/stats/histogram.ts,
- * as the service does), the service function `read`, JSON.stringify.
+ * as the service does), the service function `read` without and with its cache, JSON.stringify.
  */
-export async function whereTimeGoes(db: Database, query: SQL, read: () => Promise<unknown>): Promise<string> {
-  const [{ 'QUERY PLAN': [plan] }] = (await queryRows(db, drizzleSql`explain (analyze, buffers, format json) ${query}`)) as [{ 'QUERY PLAN': [ExplainedPlan] }]
+export async function whereTimeGoes(db: Database, query: SQL, versionQuery: SQL, read: (cache: StatsCache) => Promise<unknown>): Promise<string> {
+  const explain = async (of: SQL) => ((await queryRows(db, drizzleSql`explain (analyze, buffers, format json) ${of}`)) as [{ 'QUERY PLAN': [ExplainedPlan] }])[0]['QUERY PLAN'][0]
+  const [plan, versionPlan] = [await explain(query), await explain(versionQuery)]
   const rows = await queryRows<{ latency: string | null }>(db, query)
-  const [histograms, answer] = [rows.flatMap((r) => (r.latency ? [parseHistogram(r.latency)] : [])), await read()]
+  const [histograms, answer, cache] = [rows.flatMap((r) => (r.latency ? [parseHistogram(r.latency)] : [])), await read(createStatsCache(0)), createStatsCache()]
   const ms = {
     fetched: await medianMs(20, () => queryRows(db, query)),
     scanned: await medianMs(20, () => rows.map((r) => r.latency && parseHistogram(r.latency))),
@@ -134,13 +136,14 @@ export async function whereTimeGoes(db: Database, query: SQL, read: () => Promis
       for (const histogram of histograms) sum.add(histogram)
       return sum.percentiles()
     }),
-    service: await medianMs(20, read),
+    service: await medianMs(20, () => read(createStatsCache(0))),
+    cached: await medianMs(20, () => read(cache)),
     stringify: await medianMs(20, () => JSON.stringify(answer)),
   }
   const f = (n: number) => `${n.toFixed(1)} ms`
   return `the query ${f(plan['Execution Time'])} in PostgreSQL (${fmtInt(plan.Plan['Actual Rows'])} rows, ${fmtInt(plan.Plan['Shared Hit Blocks'] + plan.Plan['Shared Read Blocks'])} buffers), ` +
-    `fetched ${f(ms.fetched)}; ${fmtInt(histograms.length)} histograms (the rows without stored percentiles or at the range's ragged edges) scanned ${f(ms.scanned)}, their percentiles ${f(ms.percentiles)}, merged into the totals ${f(ms.totals)}; ` +
-    `the service function ${f(ms.service)}; JSON.stringify of its ${fmtInt(JSON.stringify(answer).length / 1024)} KB answer ${f(ms.stringify)}`
+    `fetched ${f(ms.fetched)}; the settled part's version (src/stats/service.ts, partVersionQuery) ${f(versionPlan['Execution Time'])} in PostgreSQL (${fmtInt(versionPlan.Plan['Shared Hit Blocks'] + versionPlan.Plan['Shared Read Blocks'])} buffers); ${fmtInt(histograms.length)} histograms (the rows without stored percentiles or at the range's ragged edges) scanned ${f(ms.scanned)}, their percentiles ${f(ms.percentiles)}, merged into the totals ${f(ms.totals)}; ` +
+    `the service function ${f(ms.service)}, ${f(ms.cached)} with its cache warm (src/stats/cache.ts); JSON.stringify of its ${fmtInt(JSON.stringify(answer).length / 1024)} KB answer ${f(ms.stringify)}`
 }
 
 interface ExplainedPlan {

@@ -26,6 +26,7 @@ import { revocationRoutes } from './oauth/revocation.ts'
 import { sessionRoutes } from './oauth/session.ts'
 import { hookRoutes } from './hooks/routes.ts'
 import { statsRoutes } from './stats/routes.ts'
+import { createStatsCache } from './stats/service.ts'
 import { messageRoutes } from './messages/routes.ts'
 import type { MessageDeps } from './messages/service.ts'
 import { isForbiddenHost } from './lib/security/outbound.ts'
@@ -92,6 +93,7 @@ export function createApp(deps: AppDeps) {
     send: { timeoutMs: deps.config.webhookTimeoutMs, allowPrivate: deps.config.webhookAllowPrivateTargets, ca: deps.config.webhookCaPem },
     deliveriesQueued: deps.messaging.deliveriesQueued,
     tracing: deps.tracing,
+    statsCache: createStatsCache(),
   }
   const app = new Elysia({ normalize: false })
     .use(httpFoundation(deps.logger, { publicUrl: deps.config.publicUrl }))
@@ -112,7 +114,7 @@ export function createApp(deps: AppDeps) {
         .use(revocationRoutes(tokens))
         .use(sessionRoutes(auth))
         .use(hookRoutes(hooks))
-        .use(statsRoutes({ ...auth, db: deps.db }))
+        .use(statsRoutes({ ...auth, db: deps.db, statsCache: hooks.statsCache }))
         .use(mcpRoutes({ ...hooks, publicUrl: deps.config.publicUrl, allowedOrigins: deps.config.mcpAllowedOrigins, retentionDays: deps.config.eventRetentionDays }))
         .use(messageRoutes({ ...auth, ...deps.messaging })))
   // Built once every route exists and before any request: Elysia amends a route's schemas the

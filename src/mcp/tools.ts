@@ -11,11 +11,11 @@ import { CreateHookBody, CreatedHookSchema, DeliveryDetailSchema, DeliveryIdPara
 import { createHook, deleteHook, getHook, listHooks, toHookResource, updateHook, type HookDeps } from '../hooks/service.ts'
 import { getDelivery, listDeliveries, retryDelivery, sendTestEvent, type DeliveryOperationDeps } from '../hooks/deliveries.ts'
 import { HookStatsSchema, StatsRangeParams } from '../stats/schemas.ts'
-import { readHookStats, statsRange } from '../stats/service.ts'
+import { readHookStats, statsRange, type StatsCache } from '../stats/service.ts'
 import { describeHookHealth } from '../stats/summary.ts'
 
-/** What the tools run on: the same dependencies as the REST routes for subscriptions and deliveries. */
-export type ToolDeps = HookDeps & DeliveryOperationDeps
+/** What the tools run on: the same dependencies as the REST routes for subscriptions and deliveries, and the health answers' cache (src/stats/cache.ts) that GET …/stats shares. */
+export type ToolDeps = HookDeps & DeliveryOperationDeps & { statsCache: StatsCache }
 
 const HookId = t.String({ minLength: 1, maxLength: 64, description: 'A subscription id, hook_… (from list_webhooks or create_webhook).' })
 const ListWebhooksInput = t.Object(PageParams, { additionalProperties: false })
@@ -215,7 +215,7 @@ export const TOOLS = [
     run: async (deps, caller, input) => {
       const { hook_id: hookId, ...query } = input
       const hook = toHookResource(await getHook(deps.db, caller.accountId, hookId))
-      const stats = await readHookStats(deps.db, caller.accountId, hook.id, statsRange(query, new Date()))
+      const stats = await readHookStats(deps.db, deps.statsCache, caller.accountId, hook.id, statsRange(query, new Date()))
       return { summary: describeHookHealth(hook, stats), status: hook.status, circuit: hook.circuit, ...stats }
     },
   }),

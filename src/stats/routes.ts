@@ -3,14 +3,14 @@ import { authPlugin, ownAccount, type AuthPluginDeps } from '../auth/plugin.ts'
 import type { Database } from '../lib/db/client.ts'
 import { AccountParams, HookParams } from '../lib/http/params.ts'
 import { AccountStatsSchema, HookStatsSchema, StatsQuery } from './schemas.ts'
-import { readAccountStats, readHookStats, statsRange } from './service.ts'
+import { readAccountStats, readHookStats, statsRange, type StatsCache } from './service.ts'
 
-export function statsRoutes(deps: AuthPluginDeps & { db: Database }) {
+export function statsRoutes(deps: AuthPluginDeps & { db: Database; statsCache: StatsCache }) {
   return new Elysia({ tags: ['Health'] })
     .use(authPlugin(deps))
     .get(
       '/account/:account_id/hooks/:hook_id/stats',
-      ({ caller, params, query }) => readHookStats(deps.db, ownAccount(caller, params.account_id), params.hook_id, statsRange(query, new Date())),
+      ({ caller, params, query }) => readHookStats(deps.db, deps.statsCache, ownAccount(caller, params.account_id), params.hook_id, statsRange(query, new Date())),
       {
         auth: { scope: 'hooks:read' },
         params: HookParams,
@@ -24,7 +24,7 @@ export function statsRoutes(deps: AuthPluginDeps & { db: Database }) {
     )
     .get(
       '/account/:account_id/stats',
-      ({ caller, params, query }) => readAccountStats(deps.db, ownAccount(caller, params.account_id), statsRange(query, new Date())),
+      ({ caller, params, query }) => readAccountStats(deps.db, deps.statsCache, ownAccount(caller, params.account_id), statsRange(query, new Date())),
       {
         auth: { scope: 'messages:read' },
         params: AccountParams,

@@ -6,6 +6,7 @@ import { notFound, validationFailed } from '../lib/http/errors.ts'
 import { FAILURE_REASONS } from './failure-reasons.ts'
 import { addCounts, HistogramSum, parseHistogram, percentiles, type Counts, type Histogram, type Percentiles } from './histogram.ts'
 import type { StatUnit } from './rollups.ts'
+import { SettledPartCache } from './cache.ts'
 import { MAX_BUCKETS, type AccountStatsSchema, type HookStatsSchema, type StatsQuery } from './schemas.ts'
 
 export type HookStats = Static<typeof HookStatsSchema>
@@ -252,25 +253,54 @@ const messageFigures = (sent: number, events: Counts) => ({
   received: events['message.inbound'] ?? 0,
 })
 
-/** The range's rows added together: the counts, and the histograms into one (src/stats/histogram.ts, HistogramSum). */
-function totalsOf(range: StatsRange, coverage: Coverage | null, rows: (BucketRow | undefined)[], coarse: Histogram[]): AccountFigures {
+/** What a part of a range adds to the answer's totals: its counts, and its latency histograms added into one. */
+interface PartTotals {
+  attempts: number
+  succeeded: number
+  sent: number
+  failures: Counts
+  events: Counts
+  latency: Histogram
+}
+
+/** A part of a range read from its rollup rows: its buckets' figures, oldest first, and what it adds to the totals. */
+export interface RangePart<T> {
+  buckets: ({ start: string } & T)[]
+  totals: PartTotals
+}
+
+/** The part's rows added together: the counts, and the histograms into one (src/stats/histogram.ts, HistogramSum). */
+function partTotals(range: StatsRange, coverage: Coverage | null, rows: (BucketRow | undefined)[], coarse: Histogram[]): PartTotals {
   const latency = new HistogramSum()
-  const failures = { ...NO_FAILURES }
-  const events: Counts = {}
-  let attempts = 0
-  let succeeded = 0
-  let sent = 0
+  const totals = { attempts: 0, succeeded: 0, sent: 0, failures: {} as Counts, events: {} as Counts }
   const unit = UNIT_MS[range.interval]
   rows.forEach((row, index) => {
     if (!row) return
-    attempts += row.attempts
-    succeeded += row.succeeded
-    sent += row.sent
-    if (row.failures) addCounts(failures, row.failures)
-    if (row.events) addCounts(events, row.events)
+    totals.attempts += row.attempts
+    totals.succeeded += row.succeeded
+    totals.sent += row.sent
+    if (row.failures) addCounts(totals.failures, row.failures)
+    if (row.events) addCounts(totals.events, row.events)
     if (row.histogram && inTotals(coverage, range.since.getTime() + index * unit)) latency.add(row.histogram)
   })
   for (const histogram of coarse) latency.add(histogram)
+  return { ...totals, latency: latency.histogram() }
+}
+
+/** The range's totals: its parts' added together. */
+function totalsOf(parts: readonly PartTotals[]): AccountFigures {
+  const latency = new HistogramSum()
+  const failures = { ...NO_FAILURES }
+  const events: Counts = {}
+  let [attempts, succeeded, sent] = [0, 0, 0]
+  for (const part of parts) {
+    attempts += part.attempts
+    succeeded += part.succeeded
+    sent += part.sent
+    addCounts(failures, part.failures)
+    addCounts(events, part.events)
+    latency.add(part.latency)
+  }
   return {
     attempts,
     succeeded,
@@ -291,10 +321,96 @@ function answerBuckets<T>(range: StatsRange, rows: (BucketRow | undefined)[], fi
   return buckets
 }
 
+/** A part of a range read from one subscription's (hook_stats) or account's (account_stats) rollups. */
+async function readPart<T>(db: Database, table: StatsTable, ownerId: string, range: StatsRange, figures: (row: BucketRow | undefined) => T): Promise<RangePart<T>> {
+  const coverage = coarseCoverage(range)
+  const [fetched, coarse] = await Promise.all([queryRows<FetchedRow>(db, rangeRowsQuery(table, ownerId, range)), coarseHistograms(db, table, ownerId, coverage)])
+  const rows = bucketRowsOf(range, fetched)
+  // A subscription's bucket is always one row; an account's can be a closed row and a late one.
+  if (table === 'account_stats') await completeLateBuckets(db, ownerId, range, rows)
+  return { buckets: answerBuckets(range, rows, figures), totals: partTotals(range, coverage, rows, coarse) }
+}
+
+/**
+ * The version of the rollup rows a part is read from (its buckets' rows and the coarser ones its
+ * totals take): how many there are, and the sum of a 64-bit hash of each row's xmin, the
+ * transaction that wrote its current version. Any write to those rows (a late commit, the closing
+ * sweep's merge, retention) adds or removes a row or gives one a new xmin, which changes the sum
+ * but for a chance of about 2^-64. Summed rather than listed in key order: no sort, no string
+ * built, a third cheaper than a digest of the list (docs/performance.md).
+ */
+export function partVersionQuery(table: StatsTable, ownerId: string, range: StatsRange): SQL {
+  const coverage = coarseCoverage(range)
+  const inRange = ({ unit, since, until }: { unit: StatUnit; since: Date; until: Date }) =>
+    sql`(r.unit = ${unit} and r.bucket >= ${since.toISOString()}::timestamptz and r.bucket < ${until.toISOString()}::timestamptz)`
+  return sql`select count(*) || ' ' || coalesce(sum(hashint8extended(r.xmin::text::int8, date_part('epoch', r.bucket)::int8)), 0) as version
+    from ${sql.identifier(table)} r
+    where r.${ownerColumn(table)} = ${ownerId} and (${inRange({ unit: range.interval, since: range.since, until: range.until })}${coverage ? sql` or ${inRange(coverage)}` : sql``})`
+}
+
+/**
+ * Where a part of a range is kept between answers (src/stats/cache.ts); its key names the table, so a part is always
+ * of the figures that table's reader builds. A kept part's objects go into every answer that uses it: nothing may change them.
+ */
+export type StatsCache = SettledPartCache<RangePart<unknown>>
+
+export function createStatsCache(maxBuckets?: number): StatsCache {
+  return new SettledPartCache(maxBuckets)
+}
+
+/**
+ * A bucket is still written while it is the newest, and a few seconds after it ended (by
+ * transactions begun in it: src/stats/closing.ts); the ones before it are settled, read once and
+ * then from the cache while their rows' version holds.
+ */
+const SETTLING_MS = 5_000
+
+/** The range cut where its buckets stop being settled at `nowMs`: either part may be empty. */
+export function splitRange(range: StatsRange, nowMs: number): { settled: StatsRange | null; open: StatsRange | null } {
+  const unit = UNIT_MS[range.interval]
+  const split = Math.min(Math.max(Math.floor((nowMs - SETTLING_MS) / unit) * unit, range.since.getTime()), range.until.getTime())
+  return {
+    settled: split > range.since.getTime() ? { ...range, until: new Date(split) } : null,
+    open: split < range.until.getTime() ? { ...range, since: new Date(split) } : null,
+  }
+}
+
+/**
+ * The range's buckets and totals. The buckets before the newest are read from the cache while
+ * their rows' version is the one they were read from (checked on every answer: a late commit is
+ * never missed, only read again); the newest are read from their rows each time.
+ */
+async function readRange<T>(
+  db: Database,
+  cache: StatsCache,
+  table: StatsTable,
+  ownerId: string,
+  range: StatsRange,
+  figures: (row: BucketRow | undefined) => T,
+): Promise<{ buckets: ({ start: string } & T)[]; totals: AccountFigures }> {
+  const { settled, open } = splitRange(range, Date.now())
+  const [version, openPart] = await Promise.all([
+    settled ? queryRows<{ version: string }>(db, partVersionQuery(table, ownerId, settled)).then(([row]) => row!.version) : null,
+    open ? readPart(db, table, ownerId, open, figures) : null,
+  ])
+  let settledPart: RangePart<T> | null = null
+  if (settled && version !== null) {
+    const key = `${table} ${ownerId} ${settled.interval} ${settled.since.getTime()} ${settled.until.getTime()}`
+    settledPart = (cache.get(key, version) as RangePart<T> | undefined) ?? null
+    if (!settledPart) {
+      // Read after the version, never alongside it: rows read earlier than their version could be older than it.
+      settledPart = await readPart(db, table, ownerId, settled, figures)
+      cache.set(key, version, settledPart, settledPart.buckets.length)
+    }
+  }
+  const parts = [settledPart, openPart].filter((part) => part !== null)
+  return { buckets: parts.flatMap((part) => part.buckets), totals: totalsOf(parts.map((part) => part.totals)) }
+}
+
 const rangeFields = (range: StatsRange) => ({ interval: range.interval, since: range.since.toISOString(), until: range.until.toISOString() })
 
 /** A subscription's health over the range, from its rollups (src/stats/rollups.ts); another account's is not found. */
-export async function readHookStats(db: Database, accountId: string, hookId: string, range: StatsRange): Promise<HookStats> {
+export async function readHookStats(db: Database, cache: StatsCache, accountId: string, hookId: string, range: StatsRange): Promise<HookStats> {
   const [hook] = isId('hook', hookId)
     ? await queryRows<{ pending: number }>(
         db,
@@ -303,28 +419,21 @@ export async function readHookStats(db: Database, accountId: string, hookId: str
       )
     : []
   if (!hook) throw notFound(`No subscription ${hookId} on this account.`)
-  const coverage = coarseCoverage(range)
-  const [fetched, coarse] = await Promise.all([
-    queryRows<FetchedRow>(db, rangeRowsQuery('hook_stats', hookId, range)),
-    coarseHistograms(db, 'hook_stats', hookId, coverage),
-  ])
-  const rows = bucketRowsOf(range, fetched)
-  const { attempts, succeeded, failed, failures, latency_ms } = totalsOf(range, coverage, rows, coarse)
+  const { buckets, totals } = await readRange(db, cache, 'hook_stats', hookId, range, deliveryFigures)
+  const { attempts, succeeded, failed, failures, latency_ms } = totals
   return {
     hook_id: hookId,
     ...rangeFields(range),
     pending: Number(hook.pending),
     totals: { attempts, succeeded, failed, failures, latency_ms },
-    buckets: answerBuckets(range, rows, deliveryFigures),
+    buckets,
   }
 }
 
 /** The account's health over the range: every subscription's attempts together, with its messages and events. */
-export async function readAccountStats(db: Database, accountId: string, range: StatsRange): Promise<AccountStats> {
-  const coverage = coarseCoverage(range)
-  const [fetched, coarse, [pending]] = await Promise.all([
-    queryRows<FetchedRow>(db, rangeRowsQuery('account_stats', accountId, range)),
-    coarseHistograms(db, 'account_stats', accountId, coverage),
+export async function readAccountStats(db: Database, cache: StatsCache, accountId: string, range: StatsRange): Promise<AccountStats> {
+  const [{ buckets, totals }, [pending]] = await Promise.all([
+    readRange(db, cache, 'account_stats', accountId, range, accountFigures),
     queryRows<{ pending: number }>(
       db,
       // Per subscription, through the index of pending deliveries: a join may plan a scan of every delivery.
@@ -333,13 +442,5 @@ export async function readAccountStats(db: Database, accountId: string, range: S
           where h.account_id = ${accountId}`,
     ),
   ])
-  const rows = bucketRowsOf(range, fetched)
-  await completeLateBuckets(db, accountId, range, rows)
-  return {
-    account_id: accountId,
-    ...rangeFields(range),
-    pending: Number(pending?.pending ?? 0),
-    totals: totalsOf(range, coverage, rows, coarse),
-    buckets: answerBuckets(range, rows, accountFigures),
-  }
+  return { account_id: accountId, ...rangeFields(range), pending: Number(pending?.pending ?? 0), totals, buckets }
 }
