@@ -30,7 +30,7 @@ import { SignJWT, exportJWK, generateKeyPair, type CryptoKey, type JWK } from 'j
 import {
   BUN, DEFAULT_PG_URL, childEnv, commandLine, expectStatus, fail, fmtFixed, fmtInt, fmtMs, freePort, median, printMachine, printProblems,
   printTable, redact, runCommand, runMain, serverProblems, startOtlpSink, startServer, startService, stopChild, storage, tempDir, verdict, wrk, wrkVersion,
-  type Server, type WrkResult,
+  type Server,
 } from './harness.ts'
 
 const cli = commandLine(import.meta.url, {
@@ -142,7 +142,7 @@ async function proofsFile(server: Server, path: string, token: string, key: Dpop
   writeFileSync(file, `${proofs.join('\n')}\n`)
 }
 
-type Row = { label: string; result: WrkResult }
+type Row = { label: string; result: Awaited<ReturnType<typeof wrk>> }
 
 /** `path` under wrk: a warm-up, then the measured run; prints its line. */
 async function load(label: string, server: Server, path: string, rows: Row[], problems: string[], headers?: string[], dpop?: { token: string; key: DpopKey; rps: number; dir: string }) {

@@ -419,16 +419,6 @@ export const fmtCores = (use: CpuUse) => Object.entries(use.seconds).map(([name,
 // ---------------------------------------------------------------------------------------------
 // wrk
 
-export interface WrkResult {
-  rps: number
-  requests: number
-  p50: number
-  p99: number
-  errors: number
-  raw: string
-  cpu: CpuUse
-}
-
 const toMs = (value: string, unit: string) => Number(value) * ({ us: 0.001, ms: 1, s: 1000, m: 60_000 }[unit] ?? Number.NaN)
 
 export async function wrkVersion(): Promise<string> {
@@ -440,7 +430,7 @@ export async function wrkVersion(): Promise<string> {
 export async function wrk(
   url: string,
   o: { seconds: number; threads: number; connections: number; headers?: string[]; serverPid: number; script?: { path: string; args: string[] } },
-): Promise<WrkResult> {
+) {
   const script = o.script ? ['-s', o.script.path] : []
   const cmd = ['wrk', `-t${o.threads}`, `-c${o.connections}`, `-d${o.seconds}s`, '--latency', ...script, ...(o.headers ?? []).flatMap((h) => ['-H', h]), url, ...(o.script ? ['--', ...o.script.args] : [])]
   const stop = startCpu({ server: () => processCpuSeconds(o.serverPid) })
@@ -504,16 +494,8 @@ export function median(xs: number[]): number {
   return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2
 }
 
-export interface Percentiles {
-  n: number
-  p50: number
-  p95: number
-  p99: number
-  max: number
-}
-
 /** Nearest-rank percentiles (NaN when there is no value; Infinity counts as a value). */
-export function percentiles(values: ArrayLike<number>): Percentiles {
+export function percentiles(values: ArrayLike<number>) {
   const s = Float64Array.from(values).sort()
   const rank = (q: number) => (s.length ? s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]! : Number.NaN)
   return { n: s.length, p50: rank(0.5), p95: rank(0.95), p99: rank(0.99), max: s.length ? s[s.length - 1]! : Number.NaN }

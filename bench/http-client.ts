@@ -11,7 +11,7 @@
  *   length-less response is an error), the body kept only when asked or when the status is not
  *   the expected one, `Connection: close` honoured.
  * - Requests beyond the free connections wait in a FIFO queue, so an open-loop caller never
- *   opens more than `connections` sockets; how long they waited shows in `queuedMs`.
+ *   opens more than `connections` sockets.
  * - Every request is bounded by `timeoutMs` (checked every 250 ms): it is then failed and its
  *   connection closed.
  *
@@ -21,12 +21,10 @@ import type { Socket } from 'bun'
 
 export interface Answer {
   status: number
-  /** The body, when the status was not `expectStatus` or `keepBody` was set; '' otherwise. */
+  /** The body, when the status was not `expectStatus`; '' otherwise. */
   body: string
   /** From the write to the end of the response. */
   ms: number
-  /** How long the request waited for a free connection. */
-  queuedMs: number
 }
 
 interface Pending {
@@ -55,7 +53,6 @@ export interface PoolOptions {
   connections: number
   /** The status every answer should have; any other keeps its body for the error message. */
   expectStatus?: number
-  keepBody?: boolean
   timeoutMs?: number
 }
 
@@ -97,11 +94,6 @@ export class HttpPool {
     }, 250)
   }
 
-  /** Requests waiting for a connection. */
-  get queued(): number {
-    return this.queue.length - this.queueHead
-  }
-
   /** Sends `data` (a whole HTTP/1.1 request) on a free connection, or once one is free. */
   request(data: string): Promise<Answer> {
     return new Promise<Answer>((resolve, reject) => {
@@ -133,8 +125,8 @@ export class HttpPool {
   }
 
   /** POST `path` with a JSON body, as one string. */
-  post(path: string, json: string, contentType = 'application/json'): Promise<Answer> {
-    return this.request(`POST ${path} HTTP/1.1\r\nHost: ${this.host}\r\nContent-Type: ${contentType}\r\nContent-Length: ${json.length}\r\n\r\n${json}`)
+  post(path: string, json: string): Promise<Answer> {
+    return this.request(`POST ${path} HTTP/1.1\r\nHost: ${this.host}\r\nContent-Type: application/json\r\nContent-Length: ${json.length}\r\n\r\n${json}`)
   }
 
   private start(connection: Connection, pending: Pending): void {
@@ -211,9 +203,8 @@ export class HttpPool {
     connection.buffer = null
     const pending = connection.current
     if (!pending) return this.fail(connection, new Error('an answer to no request'))
-    const keep = this.options.keepBody || status !== this.options.expectStatus
-    const now = performance.now()
-    const answer: Answer = { status, body: keep ? buffer.toString('utf8', headerEnd + 4, end) : '', ms: now - pending.writtenAt, queuedMs: pending.writtenAt - pending.enqueuedAt }
+    const keep = status !== this.options.expectStatus
+    const answer: Answer = { status, body: keep ? buffer.toString('utf8', headerEnd + 4, end) : '', ms: performance.now() - pending.writtenAt }
     connection.current = null
     if (CONNECTION_CLOSE.test(head)) {
       const socket = connection.socket

@@ -11,7 +11,7 @@
 //     listeners have no idle timeout); POST /heal turns it off and answers the held requests whose
 //     sender still waits (204, counted).
 // Counted per group, the first path segment after any /delay/<ms> (/g/17 and /g/18 are group g):
-// answers, distinct (path, webhook-id) pairs, first and last receipt (epoch ms), and send
+// answers, distinct (path, webhook-id) pairs, the last receipt (epoch ms), and send
 // latency = receipt − the send time bench/webhooks.ts writes as the message text, "t=<epoch ms>",
 // which the event carries as data.message.body. A broker's messages count the same way, in the
 // group the consume command names, distinct by (routing key or subject, message id = event id).
@@ -21,8 +21,8 @@
 //                             (a broker that hangs), its connections counted as `hung` of group hang
 //   POST /consume?url=amqp://…&queue=Q&group=G    consume RabbitMQ queue Q (auto-ack)
 //   POST /consume?url=nats://…&stream=S&group=G   consume JetStream stream S (an ordered consumer)
-//   POST /reset[?since=ms]    forget all counts; bodies sent before `since` only count as `stale`
-//   GET  /stats[?samples=1]   {groups: {<group>: {count, unique, firstAt, lastAt, stale, hung, sendLatencies?}}}
+//   POST /reset[?since=ms]    forget all counts; bodies sent before `since` are not counted
+//   GET  /stats[?samples=1]   {groups: {<group>: {count, unique, lastAt, hung, sendLatencies?}}}
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { jetstream } from '@nats-io/jetstream'
@@ -44,9 +44,7 @@ const GROUP = /^\/(?:delay\/(\d+)\/)?([^/?]*)/
 
 interface Tally {
   count: number
-  stale: number
   hung: number
-  firstAt: number
   lastAt: number
   keys: Set<string>
   sendLatencies: number[]
@@ -58,21 +56,18 @@ let held: Array<() => void> = []
 
 function tally(name: string): Tally {
   let t = groups.get(name)
-  if (!t) groups.set(name, (t = { count: 0, stale: 0, hung: 0, firstAt: 0, lastAt: 0, keys: new Set(), sendLatencies: [] }))
+  if (!t) groups.set(name, (t = { count: 0, hung: 0, lastAt: 0, keys: new Set(), sendLatencies: [] }))
   return t
 }
 
 /** One delivery received at `at`, distinct by `key`. */
 function record(t: Tally, key: string, body: string, at: number): void {
   const sentAt = Number(SENT_AT.exec(body)?.[1] ?? Number.NaN)
-  if (since > 0 && !(sentAt >= since)) t.stale++
-  else {
-    t.count++
-    t.firstAt ||= at
-    t.lastAt = at
-    t.keys.add(key)
-    if (Number.isFinite(sentAt) && t.sendLatencies.length < MAX_SAMPLES) t.sendLatencies.push(at - sentAt)
-  }
+  if (since > 0 && !(sentAt >= since)) return
+  t.count++
+  t.lastAt = at
+  t.keys.add(key)
+  if (Number.isFinite(sentAt) && t.sendLatencies.length < MAX_SAMPLES) t.sendLatencies.push(at - sentAt)
 }
 
 async function receive(request: Request): Promise<Response> {
@@ -154,7 +149,7 @@ const control = Bun.serve({
       const samples = url.searchParams.get('samples') === '1'
       const out: Record<string, unknown> = {}
       for (const [name, t] of groups) {
-        out[name] = { count: t.count, unique: t.keys.size, firstAt: t.firstAt, lastAt: t.lastAt, stale: t.stale, hung: t.hung, ...(samples ? { sendLatencies: t.sendLatencies } : {}) }
+        out[name] = { count: t.count, unique: t.keys.size, lastAt: t.lastAt, hung: t.hung, ...(samples ? { sendLatencies: t.sendLatencies } : {}) }
       }
       return Response.json({ groups: out })
     } else return new Response('not found', { status: 404 })

@@ -191,9 +191,7 @@ const fmtP = (p: { p50: number; p99: number; n: number }) => `p50 ${fmtMs(p.p50)
 interface GroupStats {
   count: number
   unique: number
-  firstAt: number
   lastAt: number
-  stale: number
   hung: number
   sendLatencies?: number[]
 }
@@ -243,14 +241,13 @@ async function startReceiver(workDir: string, name: string, https: boolean): Pro
 
 /** What arrived in `groups`, summed. */
 function onGroups(stats: Record<string, GroupStats>, groups: string[]) {
-  const out = { count: 0, unique: 0, firstAt: Infinity, lastAt: 0, hung: 0, sendLatencies: [] as number[] }
+  const out = { count: 0, unique: 0, lastAt: 0, hung: 0, sendLatencies: [] as number[] }
   for (const g of groups) {
     const s = stats[g]
     if (!s) continue
     out.count += s.count
     out.unique += s.unique
     out.hung += s.hung
-    if (s.firstAt) out.firstAt = Math.min(out.firstAt, s.firstAt)
     out.lastAt = Math.max(out.lastAt, s.lastAt)
     for (const x of s.sendLatencies ?? []) out.sendLatencies.push(x)
   }
@@ -269,7 +266,6 @@ interface Rig {
   /** PostgreSQL: our own connection to the run's database. */
   sql: Sql | null
   metricsPort: number
-  settings: Record<string, string>
 }
 
 /** Server settings a scenario may set; printed with the defaults of the rest. */
@@ -301,7 +297,7 @@ async function startRig(workDir: string, settings: Record<string, string> = {}):
       : []),
   ])
   console.log()
-  return { receiver, consumers: [], brokers: {}, workDir, server, store, sql, metricsPort, settings }
+  return { receiver, consumers: [], brokers: {}, workDir, server, store, sql, metricsPort }
 }
 
 /** CPU meter over a phase: the server, PostgreSQL (this database's backends and its shared processes), the receiver, the broker consumers and brokers, this process. */
