@@ -451,13 +451,12 @@ export async function wrk(
 // ---------------------------------------------------------------------------------------------
 // HTTP checks
 
-export async function call(method: string, url: string, options: { body?: unknown; headers?: Record<string, string> } = {}) {
-  const { body, headers = {} } = options
+export async function call(method: string, url: string, { body }: { body?: unknown } = {}) {
   let response: Response
   try {
     response = await fetch(url, {
       method,
-      headers: body === undefined ? headers : { 'content-type': 'application/json', ...headers },
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
       body: body === undefined ? undefined : JSON.stringify(body),
       signal: AbortSignal.timeout(30_000),
     })
@@ -473,7 +472,7 @@ export async function call(method: string, url: string, options: { body?: unknow
 }
 
 /** The JSON body of a response that must have `status`. */
-export async function expectStatus(status: number, method: string, url: string, options: { body?: unknown; headers?: Record<string, string> } = {}): Promise<any> {
+export async function expectStatus(status: number, method: string, url: string, options: { body?: unknown } = {}): Promise<any> {
   const result = await call(method, url, options)
   if (result.status !== status || result.json === undefined) fail(`${method} ${redact(url)}: expected ${status} and JSON, got ${result.status}: ${redact(result.text).slice(0, 500)}`)
   return result.json
