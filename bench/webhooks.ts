@@ -643,11 +643,6 @@ async function basic(rig: Rig, summary: Summary): Promise<void> {
   )
 }
 
-/**
- * One account per kind, each with one subscription to message.delivered: the HTTPS receiver, the
- * bench's exchange (routing key rabbitmq.delivered), a subject of the bench's stream. Each alone
- * in a closed loop, then the three together at KIND_RATE each.
- */
 async function destinations(rig: Rig, summary: Summary): Promise<void> {
   await brokerSink(rig, 'rabbitmq', 'rabbitmq')
   await brokerSink(rig, 'nats', 'nats')
