@@ -104,12 +104,20 @@ export const CONTINUOUS_FAILURE_DISABLES_AFTER_MS = 5 * 24 * 3_600_000
  * are right for a table of any size, and a plan made while a table was empty is right later.
  * JIT is off: PostgreSQL's default jit_above_cost is far below these statements' estimates, and
  * compiling the claim cost ~100 ms to save microseconds.
+ *
+ * Bitmap scans are off too. The claim counts each subscription's leases in flight through the
+ * partial index of leased deliveries, and every lease a record ended leaves its entry there until
+ * a vacuum (setting `leased_until` to null is not a HOT update): thousands of them a second under
+ * load. A bitmap scan read all of them, and their heap pages, on every claim (12,000 entries and
+ * 940 pages, 40 % of a claim's time in the basic closed loop); a plain index scan marks each one
+ * dead the first time it finds it so, and later scans pass over it (docs/performance.md, issue 37).
  */
 export const WORKER_SESSION_SETTINGS = {
   plan_cache_mode: 'force_generic_plan',
   enable_seqscan: 'off',
   enable_hashjoin: 'off',
   enable_mergejoin: 'off',
+  enable_bitmapscan: 'off',
   jit: 'off',
 }
 
