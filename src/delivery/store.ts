@@ -396,23 +396,27 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
         next_attempt_at = case when i.outcome = 'retry' then now() + make_interval(secs => i.delay_ms / 1000) else d.next_attempt_at end
       from input i, hooks h
       where d.id = i.delivery_id and h.id = d.hook_id
-      returning d.id, d.hook_id, d.event_id
+      -- The attempt's own figures come back with its delivery, so that what follows reads one member
+      -- and joins no two: with hash joins off (WORKER_SESSION_SETTINGS) a join of two members is a
+      -- nested loop, a batch of 70 attempts read 70 × 70 rows twice (docs/performance.md, issue 37).
+      returning d.id, d.hook_id, d.event_id, i.attempt_id, i.status_code, i.duration_ms, i.error, i.response_snippet,
+                i.outcome, i.disable_reason, i.throttle_ms, i.breaker_failure
     ),
     logged as (
       insert into delivery_attempts (id, delivery_id, hook_id, event_id, status_code, duration_ms, error, response_snippet)
-      select i.attempt_id, m.id, m.hook_id, m.event_id, i.status_code, i.duration_ms, i.error, i.response_snippet
-      from input i join moved m on m.id = i.delivery_id
+      select m.attempt_id, m.id, m.hook_id, m.event_id, m.status_code, m.duration_ms, m.error, m.response_snippet
+      from moved m
     ),
     per_hook as (
       select m.hook_id,
              -- An agent's receiver refusing one event (410, 413) answered on purpose: it stops the failure clock as a success does.
-             bool_or(i.outcome in ('delivered', 'refused')) as succeeded,
-             max(i.disable_reason) as disable_reason,
-             max(i.throttle_ms) as throttle_ms,
-             bool_or(not i.breaker_failure) as answered,
-             count(*) filter (where i.breaker_failure)::int as failures,
+             bool_or(m.outcome in ('delivered', 'refused')) as succeeded,
+             max(m.disable_reason) as disable_reason,
+             max(m.throttle_ms) as throttle_ms,
+             bool_or(not m.breaker_failure) as answered,
+             count(*) filter (where m.breaker_failure)::int as failures,
              min(before.status) as status_before
-      from input i join moved m on m.id = i.delivery_id join hooks before on before.id = m.hook_id
+      from moved m join hooks before on before.id = m.hook_id
       group by m.hook_id
     ),
     changed as (
