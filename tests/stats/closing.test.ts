@@ -2,38 +2,12 @@ import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { sql } from 'drizzle-orm'
 import { queryRows } from '../../src/lib/db/client.ts'
 import { closeBuckets, closedBuckets, mergeClosedAccountRows, storeClosedPercentiles, type ClosedBucket } from '../../src/stats/closing.ts'
-import { startTestServer, json } from '../support/server.ts'
-import { startReceiver } from '../support/receiver.ts'
+import { json } from '../support/server.ts'
+import { startStatsFixture } from './support.ts'
 
 setDefaultTimeout(60_000)
 
-// Each delivery is answered after a different delay, so that the percentiles differ.
-const receiver = startReceiver(async (_request, nth) => {
-  await Bun.sleep((nth * 37) % 120)
-  return new Response('ok')
-})
-const server = await startTestServer({ env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_CA_FILE: receiver.caFile } })
-const db = server.database.handle.db
-const alice = await server.createAccountWithKey('Alice')
-const call = (method: string, path: string, body?: unknown) =>
-  server.fetch(`/v0/account/${alice.accountId}${path}${path.includes('?') ? '&' : '?'}key=${alice.secret}`, {
-    method,
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  })
-const created = await call('POST', '/hooks', { event: 'message.inbound', target_url: `${receiver.origin}/hook` })
-const hookId = (await json(created)).id as string
-
-async function inbound(count: number) {
-  const before = (await queryRows<{ n: number }>(db, sql`select count(*)::int as n from delivery_attempts where hook_id = ${hookId}`))[0]!.n
-  for (let i = 0; i < count; i++) expect((await call('POST', '/sandbox/inbound', { from: '+447700900800', body: `hello ${i}` })).status).toBe(201)
-  for (let tries = 0; ; tries++) {
-    const [row] = await queryRows<{ n: number }>(db, sql`select count(*)::int as n from delivery_attempts where hook_id = ${hookId}`)
-    if (Number(row!.n) >= Number(before) + count) return
-    expect(tries).toBeLessThan(400)
-    await Bun.sleep(25)
-  }
-}
+const { server, db, alice, call, hookId, inbound } = await startStatsFixture()
 
 const HOUR = 3_600_000
 /** The ranges a reader asks: the last hour and the last day by the minute (ragged edges), a day of whole hours by the minute, by the hour, by the day. */
