@@ -109,8 +109,10 @@ export const CONTINUOUS_FAILURE_DISABLES_AFTER_MS = 5 * 24 * 3_600_000
  * partial index of leased deliveries, and every lease a record ended leaves its entry there until
  * a vacuum (setting `leased_until` to null is not a HOT update): thousands of them a second under
  * load. A bitmap scan read all of them, and their heap pages, on every claim (12,000 entries and
- * 940 pages, 40 % of a claim's time in the basic closed loop); a plain index scan marks each one
- * dead the first time it finds it so, and later scans pass over it (docs/performance.md, issue 37).
+ * 940 pages, 40 % of a claim's time in the basic closed loop); a plain index scan that finds an
+ * entry's row dead to every transaction marks the entry, and later scans pass over it
+ * (docs/performance.md). While a long transaction holds the cleanup horizon back, no entry can be
+ * marked, and the plain scan then fetches each one's row where a bitmap scan read each page once.
  */
 export const WORKER_SESSION_SETTINGS = {
   plan_cache_mode: 'force_generic_plan',
@@ -366,8 +368,21 @@ export async function claimDueDeliveries(
  * fan-out. If the process dies between the two, the subscription's due_at is still no later than
  * the lease of the attempt that ended, so nothing waits longer than that.
  */
-export async function recordDeliveryAttempts(db: Database, attempts: readonly RecordedAttempt[]): Promise<void> {
-  if (attempts.length === 0) return
+export async function recordDeliveryAttempts(db: Database, batch: readonly RecordedAttempt[]): Promise<void> {
+  if (batch.length === 0) return
+  // A delivery leased again after its lease ran out (a record that waited that long) can finish
+  // twice in one batch, and the statement moves each delivery once and logs what it moved: a
+  // second attempt of the same delivery is recorded by a statement of its own, after the first.
+  const attempts: RecordedAttempt[] = []
+  const again: RecordedAttempt[] = []
+  const seen = new Set<string>()
+  for (const attempt of batch) {
+    if (seen.has(attempt.deliveryId)) again.push(attempt)
+    else {
+      seen.add(attempt.deliveryId)
+      attempts.push(attempt)
+    }
+  }
   const input = attempts.map(({ deliveryId, result, decision }) => ({
     delivery_id: deliveryId,
     attempt_id: newId('att'),
@@ -398,7 +413,7 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
       where d.id = i.delivery_id and h.id = d.hook_id
       -- The attempt's own figures come back with its delivery, so that what follows reads one member
       -- and joins no two: with hash joins off (WORKER_SESSION_SETTINGS) a join of two members is a
-      -- nested loop, a batch of 70 attempts read 70 × 70 rows twice (docs/performance.md, issue 37).
+      -- nested loop, a batch of 70 attempts read 70 × 70 rows twice (docs/performance.md).
       returning d.id, d.hook_id, d.event_id, i.attempt_id, i.status_code, i.duration_ms, i.error, i.response_snippet,
                 i.outcome, i.disable_reason, i.throttle_ms, i.breaker_failure
     ),
@@ -462,6 +477,7 @@ export async function recordDeliveryAttempts(db: Database, attempts: readonly Re
     select id from changed where status = 'disabled' and status_before <> 'disabled'`)
   if (disabled.length > 0) await cancelPendingDeliveries(db, disabled.map((row) => row.id))
   await markHooksDueUnlessHeld(db, [...new Set(attempts.map((attempt) => attempt.hookId))])
+  await recordDeliveryAttempts(db, again)
 }
 
 /**

@@ -195,6 +195,25 @@ async function moreEvents(owner: { accountId: string; secret: string }, count: n
 const failedAttempt = { ok: false, status: 500, durationMs: 3, error: 'HTTP 500', failure: 'http_5xx' as const, responseSnippet: '', retryAfterSeconds: null }
 const okAttempt = { ok: true, status: 200, durationMs: 3, error: null, failure: null, responseSnippet: 'ok', retryAfterSeconds: null }
 
+describe('recording a batch', () => {
+  test('two attempts of one delivery in one batch (leased again after its lease ran out) are both logged and both counted', async () => {
+    const { hook } = await eventFor('/twice')
+    const [claimed] = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).filter((item) => item.hookId === hook.id)
+    const attempt = { deliveryId: claimed!.id, hookId: claimed!.hookId, accountId: claimed!.accountId }
+    await recordDeliveryAttempts(db, [
+      { ...attempt, result: { ...okAttempt, ok: false, status: 500, failure: 'http_5xx' as const, error: 'HTTP 500' }, decision: { kind: 'retry', delayMs: 60_000 } },
+      { ...attempt, result: okAttempt, decision: { kind: 'delivered' } },
+    ])
+    const [delivery] = await queryRows<{ status: string; attempts: number; logged: number; counted: number }>(
+      db,
+      sql`select d.status, d.attempts, (select count(*)::int from delivery_attempts a where a.delivery_id = d.id) as logged,
+            (select attempts from hook_stats s where s.hook_id = d.hook_id and s.unit = 'day' order by bucket desc limit 1) as counted
+          from deliveries d where d.id = ${claimed!.id}`,
+    )
+    expect(delivery).toEqual({ status: 'delivered', attempts: 2, logged: 2, counted: 2 })
+  })
+})
+
 describe('in flight per subscription', () => {
   test('at most perHook deliveries of one subscription are leased at once; recording one frees its slot', async () => {
     const { owner, hook } = await eventFor('/bounded')
