@@ -6,11 +6,19 @@
  * reader checks the version on every answer, so an entry is used only while its rows are exactly
  * the rows it was read from.
  */
+/** What an entry weighs besides its buckets, in buckets: its totals' histogram, about 5 KB. */
+export const ENTRY_BUCKETS = 10
+
 export class SettledPartCache<T> {
   private readonly entries = new Map<string, { version: string; part: T; buckets: number }>()
   private buckets = 0
 
-  /** At most `maxBuckets` buckets in all entries (about half a kilobyte each); the least recently used entry goes first. */
+  /**
+   * At most `maxBuckets` in all entries, a bucket being about half a kilobyte; each entry also
+   * counts ENTRY_BUCKETS for its totals (a latency histogram of a few hundred counts), so that
+   * many small entries cannot hold more memory than few large ones. The least recently used entry
+   * goes first.
+   */
   constructor(private readonly maxBuckets = 50_000) {}
 
   /** The part stored under `key`, if it was read from rows of this version. */
@@ -22,8 +30,9 @@ export class SettledPartCache<T> {
     return entry.part
   }
 
-  set(key: string, version: string, part: T, buckets: number): void {
+  set(key: string, version: string, part: T, partBuckets: number): void {
     this.remove(key)
+    const buckets = partBuckets + ENTRY_BUCKETS
     if (buckets > this.maxBuckets) return
     this.entries.set(key, { version, part, buckets })
     this.buckets += buckets
@@ -33,7 +42,7 @@ export class SettledPartCache<T> {
     }
   }
 
-  /** How many entries and buckets it holds. */
+  /** For tests and operators: what it holds, ENTRY_BUCKETS included. */
   size(): { entries: number; buckets: number } {
     return { entries: this.entries.size, buckets: this.buckets }
   }

@@ -287,7 +287,7 @@ function partTotals(range: StatsRange, coverage: Coverage | null, rows: (BucketR
   return { ...totals, latency: latency.histogram() }
 }
 
-/** The range's totals: its parts' added together. */
+/** The range's totals, as the answer shows them: percentiles from the parts' histograms together, never averaged. */
 function totalsOf(parts: readonly PartTotals[]): AccountFigures {
   const latency = new HistogramSum()
   const failures = { ...NO_FAILURES }
@@ -389,13 +389,16 @@ async function readRange<T>(
   figures: (row: BucketRow | undefined) => T,
 ): Promise<{ buckets: ({ start: string } & T)[]; totals: AccountFigures }> {
   const { settled, open } = splitRange(range, Date.now())
-  const [version, openPart] = await Promise.all([
+  const [rowsVersion, openPart] = await Promise.all([
     settled ? queryRows<{ version: string }>(db, partVersionQuery(table, ownerId, settled)).then(([row]) => row!.version) : null,
     open ? readPart(db, table, ownerId, open, figures) : null,
   ])
   let settledPart: RangePart<T> | null = null
-  if (settled && version !== null) {
-    const key = `${table} ${ownerId} ${settled.interval} ${settled.since.getTime()} ${settled.until.getTime()}`
+  if (settled && rowsVersion !== null) {
+    // One entry per owner, interval and span: a range that slides with the clock (the last 24 hours)
+    // replaces its previous minute's entry rather than leaving it behind. The part's bounds are part of its version.
+    const key = `${table} ${ownerId} ${range.interval} ${range.until.getTime() - range.since.getTime()}`
+    const version = `${settled.since.getTime()} ${settled.until.getTime()} ${rowsVersion}`
     settledPart = (cache.get(key, version) as RangePart<T> | undefined) ?? null
     if (!settledPart) {
       // Read after the version, never alongside it: rows read earlier than their version could be older than it.
