@@ -1,14 +1,14 @@
-/**
- * The settled part of a health answer (every bucket of its range but the newest: src/stats/service.ts,
- * readRange), kept in memory with the version of the rollup rows it was read from. A day by the
- * minute is 1,440 rows to fetch and decode and 1,440 buckets to build, and all but the newest stay
- * as they are: re-reading them for each answer was most of its cost (docs/performance.md). The
- * reader checks the version on every answer, so an entry is used only while its rows are exactly
- * the rows it was read from.
- */
 /** What an entry weighs besides its buckets, in buckets: its totals' histogram, about 5 KB. */
 export const ENTRY_BUCKETS = 10
 
+/**
+ * The settled part of a health answer (the buckets of its range that ended more than 5 s before:
+ * src/stats/service.ts, readRange), kept in memory with the version of the rollup rows it was
+ * read from. A day by the minute is 1,440 rows to fetch and decode and 1,440 buckets to build,
+ * and all but the newest stay as they are: re-reading them for each answer was most of its cost
+ * (docs/performance.md). The reader checks the version on every answer, so an entry is used only
+ * while its rows are exactly the rows it was read from.
+ */
 export class SettledPartCache<T> {
   private readonly entries = new Map<string, { version: string; part: T; buckets: number }>()
   private buckets = 0
@@ -42,7 +42,7 @@ export class SettledPartCache<T> {
     }
   }
 
-  /** For tests and operators: what it holds, ENTRY_BUCKETS included. */
+  /** What it holds, ENTRY_BUCKETS included: for tests. */
   size(): { entries: number; buckets: number } {
     return { entries: this.entries.size, buckets: this.buckets }
   }
