@@ -193,6 +193,9 @@ export async function claimDueDeliveries(
   // scan below may pass over hundreds of subscriptions with no room before it finds one with some.
   const allowance = (hookId: SQL, accountId: SQL) =>
     sql`coalesce((${JSON.stringify(options.allowances)}::jsonb ->> ${hookId})::int, (${JSON.stringify(options.accountNewcomerAllowances ?? {})}::jsonb ->> ${accountId})::int, ${options.defaultAllowance})`
+  // A member's rows counted per subscription, as one jsonb object read by key like the allowances.
+  const countsPerHook = (member: SQL) =>
+    sql`(select coalesce(jsonb_object_agg(x.hook_id, x.n), '{}') from (select hook_id, count(*)::int as n from ${member} group by hook_id) x)`
   const accountAllowance = (accountId: SQL) =>
     sql`coalesce((${JSON.stringify(options.accountAllowances)}::jsonb ->> ${accountId})::int, ${options.defaultAccountAllowance})`
   const claim = sql`with
@@ -202,7 +205,8 @@ export async function claimDueDeliveries(
             -- (docs/performance.md, the storm) does not hide the others' rows behind them, and this statement
             -- waits for no lock at all, so it is never in a circle of waits.
             select q.hook_id, q.due_at, h.account_id, h.status, h.expires_at, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
-                   h.rate_limit_per_s, h.rate_window_started_at, h.rate_window_count
+                   h.rate_limit_per_s, h.rate_window_started_at, h.rate_window_count,
+                   h.status = 'active' and (h.expires_at is null or h.expires_at > now()) and (h.throttled_until is null or h.throttled_until <= now()) as servable
             from hook_queues q
             join hooks h on h.id = q.hook_id
             where q.due_at <= now()
@@ -214,24 +218,28 @@ export async function claimDueDeliveries(
             for update of q skip locked
             for no key update of h skip locked
           ),
-          seen as (
-            -- The queue row's version in this statement's snapshot. A writer that committed after the snapshot but
-            -- before the lock above left a newer version (the lock returns that one), whose work the steps below,
-            -- reading the snapshot, may not see: its due_at is then left as the writer set it.
-            select x.hook_id, x.xmin as seen from hook_queues x join due d on d.hook_id = x.hook_id
-          ),
           held as (
-            -- One probe of deliveries_leased_idx per subscription: a join here lets the planner pick a scan of the whole table.
-            select d.*, (select count(*)::int from deliveries x where x.hook_id = d.hook_id and x.leased_until is not null and x.leased_until >= now()
-                           and x.id <> all(array(select jsonb_array_elements_text(${JSON.stringify(options.endedUnrecorded ?? [])}::jsonb)))) as held
+            -- Each member from here on reads the one before it and carries forward what the later ones need: none is
+            -- joined to another, since with hash joins off (WORKER_SESSION_SETTINGS) such a join is a nested loop
+            -- that reads one member again for every row of the other (docs/performance.md).
+            select d.*,
+                   -- The queue row's version in this statement's snapshot. A writer that committed after the snapshot but
+                   -- before the lock above left a newer version (the lock returns that one), whose work the steps below,
+                   -- reading the snapshot, may not see: its due_at is then left as the writer set it.
+                   (select x.xmin from hook_queues x where x.hook_id = d.hook_id) as seen,
+                   -- One probe of deliveries_leased_idx per subscription: a join here lets the planner pick a scan of the whole table.
+                   case when d.servable then
+                     (select count(*)::int from deliveries x where x.hook_id = d.hook_id and x.leased_until is not null and x.leased_until >= now()
+                        and x.id <> all(array(select jsonb_array_elements_text(${JSON.stringify(options.endedUnrecorded ?? [])}::jsonb))))
+                   else 0 end as held
             from due d
-            where d.status = 'active' and (d.expires_at is null or d.expires_at > now()) and (d.throttled_until is null or d.throttled_until <= now())
           ),
           rooms as (
-            select d.hook_id, d.due_at, d.account_id, d.held,
+            select d.*,
                    (d.consecutive_failures > 0 or d.circuit_opened_at is not null) as suspect,
                    d.circuit_opened_at is not null as probe,
-                   case when d.circuit_opened_at is not null and (d.circuit_probe_at > now() or d.held > 0) then 0
+                   case when not d.servable then 0
+                        when d.circuit_opened_at is not null and (d.circuit_probe_at > now() or d.held > 0) then 0
                    else least(${allowance(sql`d.hook_id`, sql`d.account_id`)},
                          ${options.maxPerHook} - d.held,
                          case when d.circuit_opened_at is not null then 1 else ${options.maxPerHook} end,
@@ -289,32 +297,34 @@ export async function claimDueDeliveries(
                       case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext,
                       picked.suspect, picked.probe, h.grant_id is not null as event_subscription, e.trace_context
           ),
+          tallied as (
+            select r.*, coalesce((${countsPerHook(sql`candidates`)} ->> r.hook_id)::int, 0) as candidate_count,
+                        coalesce((${countsPerHook(sql`picked`)} ->> r.hook_id)::int, 0) as picked_count
+            from rooms r
+          ),
           next_due as (
-            select d.hook_id,
+            select t.hook_id, t.seen,
                    case
-                     when d.status <> 'active' or d.expires_at <= now() then null
-                     when d.throttled_until > now() then d.throttled_until
-                     when d.circuit_opened_at is not null then
-                       case when coalesce(p.n, 0) > 0 then ${nextProbeAt(sql`d.circuit_opened_at`)}
-                            when d.circuit_probe_at > now() then d.circuit_probe_at
+                     when t.status <> 'active' or t.expires_at <= now() then null
+                     when t.throttled_until > now() then t.throttled_until
+                     when t.circuit_opened_at is not null then
+                       case when t.picked_count > 0 then ${nextProbeAt(sql`t.circuit_opened_at`)}
+                            when t.circuit_probe_at > now() then t.circuit_probe_at
                             else ${leaseEnds} end
-                     when d.rate_limit_per_s is not null
-                          and case when d.rate_window_started_at = date_trunc('second', now()) then d.rate_window_count else 0 end + coalesce(p.n, 0) >= d.rate_limit_per_s
+                     when t.rate_limit_per_s is not null
+                          and case when t.rate_window_started_at = date_trunc('second', now()) then t.rate_window_count else 0 end + t.picked_count >= t.rate_limit_per_s
                        then date_trunc('second', now()) + interval '1 second'
-                     when r.room <= 0 then ${leaseEnds}
-                     when coalesce(c.n, 0) >= least(r.room, ${options.limit}) or coalesce(p.n, 0) < coalesce(c.n, 0) then now()
+                     when t.room <= 0 then ${leaseEnds}
+                     when t.candidate_count >= least(t.room, ${options.limit}) or t.picked_count < t.candidate_count then now()
                      else least(
-                       (select min(x.next_attempt_at) from deliveries x where x.hook_id = d.hook_id and x.status = 'pending' and x.next_attempt_at > now()),
-                       case when r.held + coalesce(p.n, 0) > 0 then ${leaseEnds} end)
+                       (select min(x.next_attempt_at) from deliveries x where x.hook_id = t.hook_id and x.status = 'pending' and x.next_attempt_at > now()),
+                       case when t.held + t.picked_count > 0 then ${leaseEnds} end)
                    end as due_at
-            from due d
-            left join rooms r on r.hook_id = d.hook_id
-            left join (select hook_id, count(*)::int as n from candidates group by hook_id) c on c.hook_id = d.hook_id
-            left join (select hook_id, count(*)::int as n from picked group by hook_id) p on p.hook_id = d.hook_id
+            from tallied t
           ),
           rescheduled as (
-            update hook_queues q set due_at = n.due_at from next_due n join seen v on v.hook_id = n.hook_id
-            where q.hook_id = n.hook_id and q.xmin = v.seen
+            update hook_queues q set due_at = n.due_at from next_due n
+            where q.hook_id = n.hook_id and q.xmin = n.seen
           )
           select l.*, (select count(*)::int from due) as visited from (select 1) v left join leased l on true`
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the

@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { eq, sql } from 'drizzle-orm'
+import postgres from 'postgres'
 import { Webhook } from 'standardwebhooks'
 import type { Server } from 'bun'
 import { startTestServer } from '../support/server.ts'
@@ -646,6 +647,64 @@ describe("the worker's plans (PostgreSQL)", () => {
       expect(await roundTrip()).toBe(1)
       // A bitmap scan would read all 300 ended leases again on every claim (docs/performance.md, issue 37).
       expect((await leaseEntriesRead()) - before).toBeLessThan(30)
+    } finally {
+      await worker.end({ timeout: 5 })
+    }
+  })
+})
+
+describe("the worker's statements read each of their members once (PostgreSQL)", () => {
+  /** Every node of a plan, its subplans' included. */
+  const nodesOf = (node: PlanNode): PlanNode[] => [node, ...(node.Plans ?? []).flatMap(nodesOf)]
+  type PlanNode = { 'Node Type': string; 'CTE Name'?: string; 'Actual Loops': number; Plans?: PlanNode[] }
+
+  test.if(!!server.database.url)('a claim of 40 subscriptions and its record scan no WITH member again for each row of another', async () => {
+    const plans: { query: string; plan: PlanNode }[] = []
+    // auto_explain sends each statement's executed plan to this session as a notice: the plans the
+    // worker's own settings make, with the actual loops of every node.
+    const worker = postgres(server.database.url!, {
+      max: 1,
+      connection: {
+        ...WORKER_SESSION_SETTINGS,
+        session_preload_libraries: 'auto_explain',
+        'auto_explain.log_min_duration': '0',
+        'auto_explain.log_analyze': 'on',
+        'auto_explain.log_timing': 'off',
+        'auto_explain.log_format': 'json',
+        'auto_explain.log_level': 'notice',
+      },
+      onnotice: (notice) => {
+        const text = String(notice.message)
+        if (!text.includes('{')) return
+        const explained = JSON.parse(text.slice(text.indexOf('{'))) as { 'Query Text': string; Plan: PlanNode }
+        plans.push({ query: explained['Query Text'], plan: explained.Plan })
+      },
+    })
+    try {
+      await db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
+      const owner = await server.createAccountWithKey()
+      for (let i = 0; i < 40; i++) {
+        const created = await server.fetch(`/v0/account/${owner.accountId}/hooks?key=${owner.secret}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ event: 'message.inbound', target_url: `https://localhost:${receiver.port}/members-${i}` }),
+        })
+        expect(created.status).toBe(201)
+      }
+      await moreInbound(owner, 1)
+      const workerDb = preparedDrizzle(worker)
+      const claimed = (await claimDueDeliveries(workerDb, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 10, maxPerHook: 64, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).deliveries
+      expect(claimed).toHaveLength(40)
+      await recordDeliveryAttempts(workerDb, claimed.map((item) => ({ deliveryId: item.id, hookId: item.hookId, accountId: item.accountId, result: okAttempt, decision: { kind: 'delivered' as const } })))
+      const claim = plans.find((item) => item.query.includes('rescheduled as ('))
+      const record = plans.find((item) => item.query.includes('insert into delivery_attempts'))
+      expect(claim).toBeDefined()
+      expect(record).toBeDefined()
+      // With hash joins off a join of two members is a nested loop that scans one of them again for
+      // every row of the other: 40 × 40 rows here, 57 × 57 in each claim of the storm (docs/performance.md).
+      const rescanned = (plan: PlanNode) => nodesOf(plan).filter((node) => node['Node Type'] === 'CTE Scan' && node['Actual Loops'] > 1).map((node) => `${node['CTE Name']} × ${node['Actual Loops']}`)
+      expect(rescanned(claim!.plan)).toEqual([])
+      expect(rescanned(record!.plan)).toEqual([])
     } finally {
       await worker.end({ timeout: 5 })
     }
