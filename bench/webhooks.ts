@@ -44,8 +44,8 @@
  *           (recipient ending 0000): broken × 200 deliveries. Meanwhile account B's one healthy
  *           subscription gets --storm-rate (100) messages/s for --storm-seconds (20): its p50/p99
  *           and delivered count (target p99 < 100 ms, PGlite 250, all delivered); on PostgreSQL also
- *           where B's time went per stage from the database's clocks (message, event and attempt rows),
- *           the worker's claims meanwhile, and how many due subscriptions were ahead of B's
+ *           where B's time went per stage from the database's clocks (message, event and attempt rows)
+ *           and per two seconds of the storm, the worker's claims meanwhile, and how many due subscriptions were ahead of B's
  *           (hook_queues, sampled every 20 ms). Then the broken
  *           receivers recover (a healthy listener on the closed port, the hanging one answers 204)
  *           and the bench waits up to --recover-seconds (300) for every broken delivery. A broker kind recovers by PATCHing every broken
@@ -845,6 +845,23 @@ async function printTimeline(sql: Sql, accountId: string, since: Date): Promise<
     group by stage order by stage`
   log(`  where B's time went (${fmtInt(stages[0]?.n ?? 0)} attempts, from the database's clocks; ms):`)
   printTable([['stage', 'p50', 'p99', 'max'], ...stages.map((row) => [String(row.stage), fmtFixed(Number(row.p50), 1), fmtFixed(Number(row.p99), 1), fmtFixed(Number(row.max), 1)])])
+  // When in the storm the tail is: its first seconds, A's fan-out being written, or A's timeouts.
+  const windows = await sql`
+    with timeline as (
+      select substring(m.body from 't=([0-9]+)')::bigint as sent_ms, extract(epoch from e.created_at) * 1000 as settled_ms,
+             extract(epoch from a.attempted_at) * 1000 - a.duration_ms as started_ms
+      from messages m
+      join events e on e.account_id = m.account_id and e.payload::jsonb #>> '{data,message,id}' = m.id
+      join deliveries d on d.event_id = e.id
+      join delivery_attempts a on a.delivery_id = d.id
+      where m.account_id = ${accountId} and m.created_at >= ${since} and not e.test
+    )
+    select floor((sent_ms - ${since.getTime()}) / 2000)::int * 2 as second, count(*)::int as n,
+           percentile_cont(0.5) within group (order by started_ms - sent_ms) as p50, percentile_cont(0.99) within group (order by started_ms - sent_ms) as p99,
+           percentile_cont(0.99) within group (order by settled_ms - sent_ms) as settled_p99
+    from timeline group by 1 order by 1`
+  log(`  B's send → attempt started per two seconds of the storm (ms; the settlement's share of it):`)
+  printTable([['from second', 'n', 'p50', 'p99', 'send → settled p99'], ...windows.map((row) => [String(row.second), fmtInt(row.n), fmtFixed(Number(row.p50), 1), fmtFixed(Number(row.p99), 1), fmtFixed(Number(row.settled_p99), 1)])])
 }
 
 /** Cumulative bucket counts of a Prometheus histogram (summed over label sets), or null when the metric is absent. */
