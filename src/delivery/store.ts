@@ -218,10 +218,11 @@ export async function claimDueDeliveries(
             for update of q skip locked
             for no key update of h skip locked
           ),
-          held as (
+          held as materialized (
             -- Each member from here on reads the one before it and carries forward what the later ones need: none is
             -- joined to another, since with hash joins off (WORKER_SESSION_SETTINGS) such a join is a nested loop
-            -- that reads one member again for every row of the other (docs/performance.md).
+            -- that reads one member again for every row of the other (docs/performance.md). Materialized, as
+            -- tallied is: inlined, each use of a column below would copy its subquery (the lease count three times).
             select d.*,
                    -- The queue row's version in this statement's snapshot. A writer that committed after the snapshot but
                    -- before the lock above left a newer version (the lock returns that one), whose work the steps below,
@@ -297,7 +298,7 @@ export async function claimDueDeliveries(
                       case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext,
                       picked.suspect, picked.probe, h.grant_id is not null as event_subscription, e.trace_context
           ),
-          tallied as (
+          tallied as materialized (
             select r.*, coalesce((${countsPerHook(sql`candidates`)} ->> r.hook_id)::int, 0) as candidate_count,
                         coalesce((${countsPerHook(sql`picked`)} ->> r.hook_id)::int, 0) as picked_count
             from rooms r
