@@ -629,6 +629,8 @@ describe("the worker's plans (PostgreSQL)", () => {
       return claimed.length
     }
     try {
+      // A vacuum would remove the ended leases' entries for a bitmap scan too: none runs during this test.
+      await db.execute(sql`alter table deliveries set (autovacuum_enabled = false)`)
       await db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
       const { hook } = await eventFor('/leases-ended')
       const pending = (count: number, prefix: string) =>
@@ -640,25 +642,35 @@ describe("the worker's plans (PostgreSQL)", () => {
         expect(rounds).toBeLessThan(100)
         delivered += await roundTrip()
       }
-      await pending(1, 'dlv_leases_seen')
-      expect(await roundTrip()).toBe(1)
-      const before = await leaseEntriesRead()
-      await pending(1, 'dlv_leases_next')
-      expect(await roundTrip()).toBe(1)
+      // An index scan marks an ended lease's entry dead only once no transaction of the database may still see
+      // the lease: one in progress at that moment (the server's own background work) puts it off to a later claim.
       // A bitmap scan would read all 300 ended leases again on every claim (docs/performance.md, issue 37).
-      expect((await leaseEntriesRead()) - before).toBeLessThan(30)
+      let read = Infinity
+      for (let round = 0; round < 10 && read >= 30; round++) {
+        await pending(1, `dlv_leases_next_${round}_`)
+        const before = await leaseEntriesRead()
+        expect(await roundTrip()).toBe(1)
+        read = (await leaseEntriesRead()) - before
+      }
+      expect(read).toBeLessThan(30)
     } finally {
+      await db.execute(sql`alter table deliveries reset (autovacuum_enabled)`)
       await worker.end({ timeout: 5 })
     }
   })
 })
 
-describe("the worker's statements read each of their members once (PostgreSQL)", () => {
+// Loading auto_explain into a session takes a superuser (CI's PostgreSQL users are).
+const superuser = server.database.url
+  ? (await queryRows<{ rolsuper: boolean }>(db, sql`select rolsuper from pg_roles where rolname = current_user`))[0]?.rolsuper === true
+  : false
+
+describe("the worker's statements scan no member again for each row of another (PostgreSQL)", () => {
   /** Every node of a plan, its subplans' included. */
   const nodesOf = (node: PlanNode): PlanNode[] => [node, ...(node.Plans ?? []).flatMap(nodesOf)]
   type PlanNode = { 'Node Type': string; 'CTE Name'?: string; 'Actual Loops': number; Plans?: PlanNode[] }
 
-  test.if(!!server.database.url)('a claim of 40 subscriptions and its record scan no WITH member again for each row of another', async () => {
+  test.if(superuser)('a claim of 40 subscriptions and its record scan no WITH member again for each row of another', async () => {
     const plans: { query: string; plan: PlanNode }[] = []
     // auto_explain sends each statement's executed plan to this session as a notice: the plans the
     // worker's own settings make, with the actual loops of every node.
@@ -672,6 +684,7 @@ describe("the worker's statements read each of their members once (PostgreSQL)",
         'auto_explain.log_timing': 'off',
         'auto_explain.log_format': 'json',
         'auto_explain.log_level': 'notice',
+        client_min_messages: 'notice',
       },
       onnotice: (notice) => {
         const text = String(notice.message)
@@ -708,5 +721,5 @@ describe("the worker's statements read each of their members once (PostgreSQL)",
     } finally {
       await worker.end({ timeout: 5 })
     }
-  })
+  }, 30_000)
 })
