@@ -856,7 +856,7 @@ async function printTimeline(sql: Sql, accountId: string, since: Date): Promise<
       join delivery_attempts a on a.delivery_id = d.id
       where m.account_id = ${accountId} and m.created_at >= ${since} and not e.test
     )
-    select floor((sent_ms - ${since.getTime()}) / 2000)::int * 2 as second, count(*)::int as n,
+    select floor((sent_ms - ${since.getTime()}) / 2000.0)::int * 2 as second, count(*)::int as n,
            percentile_cont(0.5) within group (order by started_ms - sent_ms) as p50, percentile_cont(0.99) within group (order by started_ms - sent_ms) as p99,
            percentile_cont(0.99) within group (order by settled_ms - sent_ms) as settled_p99
     from timeline group by 1 order by 1`
