@@ -643,7 +643,7 @@ describe("the worker's plans (PostgreSQL)", () => {
         delivered += await roundTrip()
       }
       // An index scan marks an ended lease's entry dead only once no transaction of the database may still see
-      // the lease: one in progress at that moment (the server's own background work) puts it off to a later claim.
+      // the lease: any transaction in progress at that moment puts it off to a later claim.
       // A bitmap scan would read all 300 ended leases again on every claim (docs/performance.md, issue 37).
       let read = Infinity
       for (let round = 0; round < 10 && read >= 30; round++) {
