@@ -820,20 +820,20 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
  * wait for the claim and for the record together). `now()` is each writing transaction's start.
  */
 async function printTimeline(sql: Sql, accountId: string, since: Date): Promise<void> {
+  const timeline = sql`
+    select substring(m.body from 't=([0-9]+)')::bigint as sent_ms,
+           extract(epoch from m.created_at) * 1000 as accepted_ms,
+           extract(epoch from e.created_at) * 1000 as settled_ms,
+           extract(epoch from a.attempted_at) * 1000 - a.duration_ms as started_ms,
+           a.duration_ms::float8 as duration_ms,
+           extract(epoch from a.attempted_at) * 1000 as recorded_ms
+    from messages m
+    join events e on e.account_id = m.account_id and e.payload::jsonb #>> '{data,message,id}' = m.id
+    join deliveries d on d.event_id = e.id
+    join delivery_attempts a on a.delivery_id = d.id
+    where m.account_id = ${accountId} and m.created_at >= ${since} and not e.test`
   const stages = await sql`
-    with timeline as (
-      select substring(m.body from 't=([0-9]+)')::bigint as sent_ms,
-             extract(epoch from m.created_at) * 1000 as accepted_ms,
-             extract(epoch from e.created_at) * 1000 as settled_ms,
-             extract(epoch from a.attempted_at) * 1000 - a.duration_ms as started_ms,
-             a.duration_ms::float8 as duration_ms,
-             extract(epoch from a.attempted_at) * 1000 as recorded_ms
-      from messages m
-      join events e on e.account_id = m.account_id and e.payload::jsonb #>> '{data,message,id}' = m.id
-      join deliveries d on d.event_id = e.id
-      join delivery_attempts a on a.delivery_id = d.id
-      where m.account_id = ${accountId} and m.created_at >= ${since} and not e.test
-    )
+    with timeline as (${timeline})
     select stage, count(*)::int as n, percentile_cont(0.5) within group (order by ms) as p50, percentile_cont(0.99) within group (order by ms) as p99, max(ms) as max
     from timeline, lateral (values
       ('1 send → accepted (message row)', accepted_ms - sent_ms),
@@ -847,15 +847,7 @@ async function printTimeline(sql: Sql, accountId: string, since: Date): Promise<
   printTable([['stage', 'p50', 'p99', 'max'], ...stages.map((row) => [String(row.stage), fmtFixed(Number(row.p50), 1), fmtFixed(Number(row.p99), 1), fmtFixed(Number(row.max), 1)])])
   // When in the storm the tail is: its first seconds, A's fan-out being written, or A's timeouts.
   const windows = await sql`
-    with timeline as (
-      select substring(m.body from 't=([0-9]+)')::bigint as sent_ms, extract(epoch from e.created_at) * 1000 as settled_ms,
-             extract(epoch from a.attempted_at) * 1000 - a.duration_ms as started_ms
-      from messages m
-      join events e on e.account_id = m.account_id and e.payload::jsonb #>> '{data,message,id}' = m.id
-      join deliveries d on d.event_id = e.id
-      join delivery_attempts a on a.delivery_id = d.id
-      where m.account_id = ${accountId} and m.created_at >= ${since} and not e.test
-    )
+    with timeline as (${timeline})
     select floor((sent_ms - ${since.getTime()}) / 2000.0)::int * 2 as second, count(*)::int as n,
            percentile_cont(0.5) within group (order by started_ms - sent_ms) as p50, percentile_cont(0.99) within group (order by started_ms - sent_ms) as p99,
            percentile_cont(0.99) within group (order by settled_ms - sent_ms) as settled_p99
