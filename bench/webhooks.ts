@@ -727,7 +727,7 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   const stormStartedAt = new Date()
   const claimsBefore = await histogram(rig, 'messaging_webhook_claim_duration_seconds')
   // How many subscriptions are due at once while B's messages arrive: the claim looks at them oldest due first.
-  // And, when B's subscription is due, how many due ones are ahead of it in that order, in its part of the queue (src/delivery/queue.ts).
+  // And, when B's subscription is due, how many due ones are ahead of it in that order.
   const dueSamples: number[] = []
   const aheadOfB: number[] = []
   let sampling = Boolean(rig.sql)
@@ -735,9 +735,9 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
     while (sampling) {
       const [row] = await rig.sql!`
         select count(*) filter (where q.due_at <= now())::int as due,
-               count(*) filter (where q.due_at < b.due_at and q.due_at <= now() and q.suspect = b.suspect)::int as ahead,
+               count(*) filter (where q.due_at < b.due_at and q.due_at <= now())::int as ahead,
                bool_or(b.due_at <= now()) as b_due
-        from hook_queues q, (select qb.due_at, qb.suspect from hook_queues qb join hooks h on h.id = qb.hook_id where h.account_id = ${b.id}) b`
+        from hook_queues q, (select qb.due_at from hook_queues qb join hooks h on h.id = qb.hook_id where h.account_id = ${b.id}) b`
       dueSamples.push(Number(row!.due))
       if (row!.b_due) aheadOfB.push(Number(row!.ahead))
       await sleep(20)
@@ -770,7 +770,7 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
     const due = percentiles(dueSamples)
     log(`  subscriptions due at once (hook_queues, sampled every 20 ms, ${dueSamples.length} samples): p50 ${fmtInt(due.p50)}, p99 ${fmtInt(due.p99)}, max ${fmtInt(Math.max(...dueSamples))}`)
     const ahead = percentiles(aheadOfB)
-    log(`  B's subscription found due in ${aheadOfB.length} samples; due subscriptions ahead of it in its part of the queue then: p50 ${fmtInt(ahead.p50)}, p99 ${fmtInt(ahead.p99)}`)
+    log(`  B's subscription found due in ${aheadOfB.length} samples; due subscriptions ahead of it then: p50 ${fmtInt(ahead.p50)}, p99 ${fmtInt(ahead.p99)}`)
   }
   if (rig.sql) await printTimeline(rig.sql, b.id, stormStartedAt)
   const goal = PG ? 100 : 250

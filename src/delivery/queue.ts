@@ -16,32 +16,16 @@ import { queryRows, type Database } from '../lib/db/client.ts'
  * the claim may not have seen the work of, is never moved. A delivery is never left behind a
  * due_at that is too late. The claim holds the rows it looks at for its few milliseconds (and
  * passes over rows a writer holds), so a writer waits at most that long for it.
- *
- * The row also says whether its subscription was a suspect (last attempt failed, or circuit open)
- * when it was last written, and the due rows are indexed in two parts by it: a claim with no room
- * for suspects reads only the other part, so a storm's thousand failing subscriptions cost the
- * healthy ones nothing, and one with room for a few reads only that many of the suspects'
- * (docs/performance.md, issue 37). Every writer sets it from the subscription's row as its
- * statement sees it, and the claim from the row it locked. The claim decides on the subscription's
- * own row; the flag only decides where it looks. A flag that says suspect of a subscription that
- * no longer is one (a success recorded while another transaction held its queue row, after that
- * transaction read it) leaves it with the suspects until a claim with room for them, or the next
- * writer, reads it again: no later than a suspect's turn.
  */
-
-/** SQL: whether the subscription `hook` (an alias of hooks) is a suspect, as src/delivery/dispatcher.ts counts them. */
-export const isSuspect = (hook: string): SQL =>
-  sql`(${sql.identifier(hook)}.consecutive_failures > 0 or ${sql.identifier(hook)}.circuit_opened_at is not null)`
 
 /**
  * SQL: marks the subscriptions that `hookIds` (a query with one column) yields due now, unless
  * due sooner. Rows are written in hook id order, so that two writers marking the same
  * subscriptions never wait on each other in a circle.
  */
-export const markDue = (hookIds: SQL): SQL => sql`insert into hook_queues (hook_id, due_at, suspect)
-  select hook_id, now(), coalesce((select ${isSuspect('h')} from hooks h where h.id = marked.hook_id), false)
-  from (select distinct hook_id from (${hookIds}) as ids(hook_id)) as marked order by hook_id
-  on conflict (hook_id) do update set due_at = least(hook_queues.due_at, excluded.due_at), suspect = excluded.suspect`
+export const markDue = (hookIds: SQL): SQL => sql`insert into hook_queues (hook_id, due_at)
+  select distinct hook_id, now() from (${hookIds}) as marked(hook_id) order by hook_id
+  on conflict (hook_id) do update set due_at = least(hook_queues.due_at, excluded.due_at)`
 
 /**
  * Marks these subscriptions due now (one deleted meanwhile is left out), passing over a queue
@@ -66,17 +50,17 @@ async function markUnlessHeld(db: Database, hookIds: readonly string[]): Promise
     db,
     sql`with wanted as (
           -- One deleted meanwhile is left out; the key-share lock keeps the rest from going before the rows below are written.
-          select h.id, ${isSuspect('h')} as suspect from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h
+          select h.id from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h
         ),
         free as (
-          select q.hook_id, w.suspect from hook_queues q join wanted w on w.id = q.hook_id order by q.hook_id for update of q skip locked
+          select q.hook_id from hook_queues q join wanted w on w.id = q.hook_id order by q.hook_id for update of q skip locked
         ),
         marked as (
-          update hook_queues q set due_at = least(q.due_at, now()), suspect = f.suspect from free f where q.hook_id = f.hook_id returning q.hook_id
+          update hook_queues q set due_at = least(q.due_at, now()) from free f where q.hook_id = f.hook_id returning q.hook_id
         ),
         added as (
-          insert into hook_queues (hook_id, due_at, suspect)
-          select w.id, now(), w.suspect from wanted w where not exists (select 1 from hook_queues q where q.hook_id = w.id) order by w.id
+          insert into hook_queues (hook_id, due_at)
+          select w.id, now() from wanted w where not exists (select 1 from hook_queues q where q.hook_id = w.id) order by w.id
           on conflict (hook_id) do nothing
           returning hook_id
         )

@@ -1,6 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm'
 import { CIRCUIT_OPENS_AFTER, isBreakerFailure, nextProbeAt, PROBE_INTERVAL_MIN_S } from './circuit.ts'
-import { isSuspect, markHooksDueUnlessHeld } from './queue.ts'
+import { markHooksDueUnlessHeld } from './queue.ts'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { newId } from '../lib/db/ids.ts'
 import type { NamedStatement } from '../lib/db/pglite-named.ts'
@@ -132,8 +132,7 @@ const CLAIM_LOCK = 7_200_011
  * short transaction with a lock); the HTTP calls happen after it.
  *
  * It takes the subscriptions that are due from the queue's index (src/delivery/queue.ts), oldest
- * due_at first, as many as its limit (16 to 128), and from the suspects' part of it no more than
- * the suspects' share has room for, skipping those the caller has no room for
+ * due_at first, as many as its limit (16 to 128), skipping those the caller has no room for
  * (their allowance, their account's, the suspects' share), and locks their queue and
  * subscription rows, passing over rows another transaction holds (a writer marking them due, or
  * another claim). Per subscription it takes no more than the smallest of: the caller's
@@ -184,7 +183,7 @@ export async function claimDueDeliveries(
     probe: boolean
     event_subscription: boolean
     trace_context: string | null
-    more: boolean
+    visited: number
   }
   // No lease taken now or earlier runs past this: a subscription with attempts in flight is due by then
   // at the latest (recording an attempt marks it due at once; this is for a sender that died).
@@ -199,10 +198,8 @@ export async function claimDueDeliveries(
     sql`(select coalesce(jsonb_object_agg(x.hook_id, x.n), '{}') from (select hook_id, count(*)::int as n from ${member} group by hook_id) x)`
   const accountAllowance = (accountId: SQL) =>
     sql`coalesce((${JSON.stringify(options.accountAllowances)}::jsonb ->> ${accountId})::int, ${options.defaultAccountAllowance})`
-  // The queue's two parts (src/delivery/queue.ts) are walked apart: the suspects' no further than the
-  // claim has room for them, so a thousand of them due cannot stand in front of a healthy subscription.
-  const suspectScan = sql`least(${scan}::int, ${options.suspectAllowance}::int)`
-  const walk = (part: SQL, rows: SQL) => sql`
+  const claim = sql`with
+          due as (
             -- The queue row and the subscription row are locked, and those another transaction holds are passed
             -- over, never waited for: a fan-out writing a thousand of one account's rows for seconds
             -- (docs/performance.md, the storm) does not hide the others' rows behind them, and this statement
@@ -212,18 +209,15 @@ export async function claimDueDeliveries(
                    h.status = 'active' and (h.expires_at is null or h.expires_at > now()) and (h.throttled_until is null or h.throttled_until <= now()) as servable
             from hook_queues q
             join hooks h on h.id = q.hook_id
-            where q.due_at <= now() and ${part}
+            where q.due_at <= now()
               and ${allowance(sql`q.hook_id`, sql`h.account_id`)} > 0
               and ${accountAllowance(sql`h.account_id`)} > 0
-              and (${options.suspectAllowance} > 0 or not ${isSuspect('h')})
+              and (${options.suspectAllowance} > 0 or (h.consecutive_failures = 0 and h.circuit_opened_at is null))
             order by q.due_at
-            limit ${rows}
+            limit ${scan}
             for update of q skip locked
-            for no key update of h skip locked`
-  const claim = sql`with
-          trusted as (${walk(sql`not q.suspect`, sql`${scan}`)}),
-          flagged as (${walk(sql`q.suspect`, suspectScan)}),
-          due as (select * from trusted union all select * from flagged),
+            for no key update of h skip locked
+          ),
           held as materialized (
             -- Each member from here on reads the one before it and carries forward what the later ones need: none is
             -- joined to another, since with hash joins off (WORKER_SESSION_SETTINGS) such a join is a nested loop
@@ -243,7 +237,7 @@ export async function claimDueDeliveries(
           ),
           rooms as (
             select d.*,
-                   ${isSuspect('d')} as suspect,
+                   (d.consecutive_failures > 0 or d.circuit_opened_at is not null) as suspect,
                    d.circuit_opened_at is not null as probe,
                    case when not d.servable then 0
                         when d.circuit_opened_at is not null and (d.circuit_probe_at > now() or d.held > 0) then 0
@@ -310,7 +304,7 @@ export async function claimDueDeliveries(
             from rooms r
           ),
           next_due as (
-            select t.hook_id, t.seen, t.suspect,
+            select t.hook_id, t.seen,
                    case
                      when t.status <> 'active' or t.expires_at <= now() then null
                      when t.throttled_until > now() then t.throttled_until
@@ -330,11 +324,10 @@ export async function claimDueDeliveries(
             from tallied t
           ),
           rescheduled as (
-            update hook_queues q set due_at = n.due_at, suspect = n.suspect from next_due n
+            update hook_queues q set due_at = n.due_at from next_due n
             where q.hook_id = n.hook_id and q.xmin = n.seen
           )
-          select l.*, ((select count(*)::int from trusted) >= ${scan} or (${options.suspectAllowance} > 0 and (select count(*)::int from flagged) >= ${suspectScan})) as more
-          from (select 1) v left join leased l on true`
+          select l.*, (select count(*)::int from due) as visited from (select 1) v left join leased l on true`
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the
   // statement needs no lock and no transaction around it (on PGlite each statement costs ~0.4 ms).
   const rows = sender.sole
@@ -343,6 +336,7 @@ export async function claimDueDeliveries(
         await tx.execute(sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`)
         return queryRows<Row>(tx as unknown as Database, claim)
       })
+  const visited = Number(rows[0]?.visited ?? 0)
   return {
     deliveries: rows
       .filter((row) => row.id !== null)
@@ -364,7 +358,7 @@ export async function claimDueDeliveries(
         eventSubscription: row.event_subscription === true,
         traceContext: row.trace_context,
       })),
-    more: rows[0]?.more === true,
+    more: visited >= scan,
   }
 }
 

@@ -422,17 +422,8 @@ export const hookQueues = pgTable(
       .references(() => hooks.id, { onDelete: 'cascade' }),
     /** Writers that add claimable work only ever bring it earlier; only the claim moves it later. Null: nothing to send. */
     dueAt: timestamp('due_at', { withTimezone: true, mode: 'date' }),
-    /**
-     * The subscription was a suspect (its last attempt failed, or its circuit is open) when the row was
-     * last written: which of the two indexes below holds it, so that a claim with no room for suspects
-     * never reads theirs (src/delivery/queue.ts). The claim still decides on the subscription's own row.
-     */
-    suspect: boolean('suspect').notNull().default(false),
   },
-  (table) => [
-    index('hook_queues_due_idx').on(table.dueAt).where(sql`${table.dueAt} is not null and not ${table.suspect}`),
-    index('hook_queues_suspect_due_idx').on(table.dueAt).where(sql`${table.dueAt} is not null and ${table.suspect}`),
-  ],
+  (table) => [index('hook_queues_due_idx').on(table.dueAt).where(sql`${table.dueAt} is not null`)],
 )
 
 /** Every attempt of every delivery (GET …/deliveries/{delivery_id}). */
