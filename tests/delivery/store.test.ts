@@ -540,6 +540,33 @@ describe('isolation in the claim (src/delivery/dispatcher.ts)', () => {
     expect(count(named, a.hook.id)).toBe(3)
   })
 
+  test('a subscription that stops being a suspect is served while the suspects have no room', async () => {
+    await setAsideOthers()
+    const { owner, hook } = await eventFor('/iso-no-longer-suspect')
+    const recordFirst = async (result: AttemptResult, decision: DeliveryDecision) => {
+      const [item] = (await claimRows(db, options)).filter((claimed) => claimed.hookId === hook.id)
+      await recordDeliveryAttempts(db, [{ deliveryId: item!.id, hookId: item!.hookId, accountId: item!.accountId, result, decision }])
+    }
+    await recordFirst(failedAttempt, { kind: 'retry', delayMs: 0 })
+    expect(count(await claimRows(db, { ...options, suspectAllowance: 0 }), hook.id)).toBe(0)
+    // A success (taken while the suspects had room) ends it.
+    await recordFirst(okAttempt, { kind: 'delivered' })
+    await moreInbound(owner, 1)
+    expect(count(await claimRows(db, { ...options, suspectAllowance: 0 }), hook.id)).toBe(1)
+
+    // So does a new target URL.
+    await moreInbound(owner, 1)
+    await recordFirst(failedAttempt, { kind: 'retry', delayMs: 0 })
+    expect(count(await claimRows(db, { ...options, suspectAllowance: 0 }), hook.id)).toBe(0)
+    const moved = await server.fetch(`/v0/account/${owner.accountId}/hooks/${hook.id}?key=${owner.secret}`, {
+      method: 'PATCH',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ target_url: `https://localhost:${receiver.port}/iso-no-longer-suspect-moved` }),
+    })
+    expect(moved.status).toBe(200)
+    expect(count(await claimRows(db, { ...options, suspectAllowance: 0 }), hook.id)).toBe(1)
+  })
+
   test.if(!!server.database.url)('a queue row another transaction holds is passed over, not waited for; the others are served', async () => {
     await setAsideOthers()
     const a = await eventFor('/iso-held-a')
