@@ -540,6 +540,23 @@ describe('isolation in the claim (src/delivery/dispatcher.ts)', () => {
     expect(count(named, a.hook.id)).toBe(3)
   })
 
+  test("a subscription due behind hundreds of another account's is in the next claim; that account gets no more than its allowance", async () => {
+    await setAsideOthers()
+    const crowd = await eventFor('/iso-crowd-0')
+    try {
+      await db.execute(sql`insert into hooks (id, account_id, event, target_url, secret_ciphertext)
+        select id || '_' || g, account_id, event, target_url || '-' || g, secret_ciphertext from hooks, generate_series(1, 299) g where id = ${crowd.hook.id}`)
+      // One event to all 300: they fall due together, before the other account's.
+      await moreInbound(crowd.owner, 1)
+      const other = await eventFor('/iso-behind-crowd')
+      const claimed = await claimRows(db, { ...options, limit: 16, defaultAccountAllowance: 10 })
+      expect(count(claimed, other.hook.id)).toBe(1)
+      expect(claimed.filter((item) => item.accountId === crowd.owner.accountId)).toHaveLength(10)
+    } finally {
+      await db.execute(sql`delete from hooks where account_id = ${crowd.owner.accountId}`)
+    }
+  })
+
   test('a subscription that stops being a suspect is served while the suspects have no room', async () => {
     await setAsideOthers()
     const { owner, hook } = await eventFor('/iso-no-longer-suspect')
