@@ -72,10 +72,10 @@ export interface ClaimResult {
 const SCAN_MIN = 16
 const SCAN_MAX = 128
 /**
- * Due queue rows one claim reads (without locking them) to choose its subscriptions from, so that
- * one account's rows, due together and ahead of everyone's, fill no more of its scan than the
- * account may lease: a subscription of another account is in the next claim unless more than
- * this many rows were due before it.
+ * Due queue rows one claim reads (without locking them) to choose its subscriptions from, taking
+ * accounts in turn, so that one account's rows, due together and ahead of everyone's, do not fill
+ * its scan: a subscription of another account is in the next claim unless more than this many
+ * rows were due before it.
  */
 const WALK_MAX = 8 * SCAN_MAX
 
@@ -139,8 +139,9 @@ const CLAIM_LOCK = 7_200_011
  * short transaction with a lock); the HTTP calls happen after it.
  *
  * It takes the subscriptions that are due from the queue's index (src/delivery/queue.ts), oldest
- * due_at first, as many as its limit (16 to 128) and no more of one account's than the account
- * may lease (chosen from the oldest WALK_MAX due rows), skipping those the caller has no room for
+ * due_at first, as many as its limit (16 to 128), taking accounts in turn (each one's oldest,
+ * then each one's second, ...: chosen from the oldest WALK_MAX due rows) and no more of one
+ * account's than the account may lease, skipping those the caller has no room for
  * (their allowance, their account's, the suspects' share), and locks their queue and
  * subscription rows, passing over rows another transaction holds (a writer marking them due, or
  * another claim). Per subscription it takes no more than the smallest of: the caller's
@@ -212,19 +213,23 @@ export async function claimDueDeliveries(
             where q.due_at <= now()
               and ${allowance(sql`q.hook_id`, sql`q.account_id`)} > 0
               and ${accountAllowance(sql`q.account_id`)} > 0
+              -- With no room for suspects, theirs are passed over here, so that they fill none of the scan.
+              and (${options.suspectAllowance} > 0 or not exists (
+                select 1 from hooks s where s.id = q.hook_id and (s.consecutive_failures > 0 or s.circuit_opened_at is not null)))
             order by q.due_at
             limit ${WALK_MAX}
           ),
           chosen as (
-            -- No more of an account's subscriptions than it may lease deliveries: a thousand of one account's, due
-            -- together, leave the rest of the scan to the others' (docs/performance.md, issue 37, seventh pass).
+            -- Accounts in turn: each one's oldest, then each one's second, and so on, and no more of an account's
+            -- subscriptions than it may lease deliveries. A thousand of one account's, due together ahead of
+            -- another's, take the scan only when nobody else's is due (docs/performance.md, issue 37, seventh pass).
             select x.hook_id from (
               select w.hook_id, w.due_at, row_number() over (partition by w.account_id order by w.due_at, w.hook_id) as place,
                      ${accountAllowance(sql`w.account_id`)} as room
               from walked w
             ) x
             where x.place <= x.room
-            order by x.due_at
+            order by x.place, x.due_at
             limit ${scan}
           ),
           due as (

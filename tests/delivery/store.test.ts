@@ -552,6 +552,19 @@ describe('isolation in the claim (src/delivery/dispatcher.ts)', () => {
       const claimed = await claimRows(db, { ...options, limit: 16, defaultAccountAllowance: 10 })
       expect(count(claimed, other.hook.id)).toBe(1)
       expect(claimed.filter((item) => item.accountId === crowd.owner.accountId)).toHaveLength(10)
+      // Accounts take turns even when one may lease the whole claim.
+      await moreInbound(other.owner, 1)
+      const turns = await claimRows(db, { ...options, limit: 16 })
+      expect(count(turns, other.hook.id)).toBe(1)
+      expect(turns.filter((item) => item.accountId === crowd.owner.accountId)).toHaveLength(15)
+
+      // Suspects, with no room for suspects: the crowd fills none of the scan, whatever its account's allowance.
+      await db.execute(sql`update hooks set consecutive_failures = 1 where account_id = ${crowd.owner.accountId}`)
+      await moreInbound(crowd.owner, 1)
+      await moreInbound(other.owner, 1)
+      const passedOver = await claimRows(db, { ...options, limit: 16, suspectAllowance: 0 })
+      expect(count(passedOver, other.hook.id)).toBe(1)
+      expect(passedOver.filter((item) => item.accountId === crowd.owner.accountId)).toHaveLength(0)
     } finally {
       await db.execute(sql`delete from hooks where account_id = ${crowd.owner.accountId}`)
     }
