@@ -71,13 +71,6 @@ export interface ClaimResult {
 /** Due subscriptions one claim looks at: enough for its limit (each has room for one at least), within these bounds. */
 const SCAN_MIN = 16
 const SCAN_MAX = 128
-/**
- * Due queue rows one claim reads (without locking them) to choose its subscriptions from, taking
- * accounts in turn, so that one account's rows, due together and ahead of everyone's, do not fill
- * its scan: a subscription of another account is in the next claim unless more than this many
- * rows were due before it.
- */
-const WALK_MAX = 8 * SCAN_MAX
 
 /** What one attempt did, ready to be stored. */
 export interface RecordedAttempt {
@@ -139,9 +132,7 @@ const CLAIM_LOCK = 7_200_011
  * short transaction with a lock); the HTTP calls happen after it.
  *
  * It takes the subscriptions that are due from the queue's index (src/delivery/queue.ts), oldest
- * due_at first, as many as its limit (16 to 128), taking accounts in turn (each one's oldest,
- * then each one's second, ...: chosen from the oldest WALK_MAX due rows) and no more of one
- * account's than the account may lease, skipping those the caller has no room for
+ * due_at first, as many as its limit (16 to 128), skipping those the caller has no room for
  * (their allowance, their account's, the suspects' share), and locks their queue and
  * subscription rows, passing over rows another transaction holds (a writer marking them due, or
  * another claim). Per subscription it takes no more than the smallest of: the caller's
@@ -154,7 +145,9 @@ const CLAIM_LOCK = 7_200_011
  * subscription is served first, then cut to each account's allowance and the suspects' share.
  *
  * Then it moves each subscription it looked at to when it is next due: now if it may have more
- * due, or had rows the cut left (to the back of the line: round robin); else
+ * due, or had rows the cut left (to the back of the line: round robin, so one account's
+ * thousand due subscriptions stand in front of another's for one pass over them, up to 128 per
+ * claim, and not again: several claims, docs/performance.md, issue 37, seventh pass); else
  * its Retry-After, its next probe, the next second of its rate limit, its first retry, or, while
  * it has attempts in flight, the end of a lease taken now (recording an attempt marks it due at
  * once: that bound is for a sender that died); null when it has nothing pending or is not
@@ -191,7 +184,7 @@ export async function claimDueDeliveries(
     probe: boolean
     event_subscription: boolean
     trace_context: string | null
-    more: boolean
+    visited: number
   }
   // No lease taken now or earlier runs past this: a subscription with attempts in flight is due by then
   // at the latest (recording an attempt marks it due at once; this is for a sender that died).
@@ -207,45 +200,22 @@ export async function claimDueDeliveries(
   const accountAllowance = (accountId: SQL) =>
     sql`coalesce((${JSON.stringify(options.accountAllowances)}::jsonb ->> ${accountId})::int, ${options.defaultAccountAllowance})`
   const claim = sql`with
-          walked as (
-            -- Read, not locked: the oldest due rows, as far as WALK_MAX, of accounts and subscriptions with room.
-            select q.hook_id, q.account_id, q.due_at from hook_queues q
-            where q.due_at <= now()
-              and ${allowance(sql`q.hook_id`, sql`q.account_id`)} > 0
-              and ${accountAllowance(sql`q.account_id`)} > 0
-              -- With no room for suspects, theirs are passed over here, so that they fill none of the scan.
-              and (${options.suspectAllowance} > 0 or not exists (
-                select 1 from hooks s where s.id = q.hook_id and (s.consecutive_failures > 0 or s.circuit_opened_at is not null)))
-            order by q.due_at
-            limit ${WALK_MAX}
-          ),
-          chosen as (
-            -- Accounts in turn: each one's oldest, then each one's second, and so on, and no more of an account's
-            -- subscriptions than it may lease deliveries. A thousand of one account's, due together ahead of
-            -- another's, take the scan only when nobody else's is due (docs/performance.md, issue 37, seventh pass).
-            select x.hook_id from (
-              select w.hook_id, w.due_at, row_number() over (partition by w.account_id order by w.due_at, w.hook_id) as place,
-                     ${accountAllowance(sql`w.account_id`)} as room
-              from walked w
-            ) x
-            where x.place <= x.room
-            order by x.place, x.due_at
-            limit ${scan}
-          ),
           due as (
             -- The queue row and the subscription row are locked, and those another transaction holds are passed
             -- over, never waited for: a fan-out writing a thousand of one account's rows for seconds
             -- (docs/performance.md, the storm) does not hide the others' rows behind them, and this statement
-            -- waits for no lock at all, so it is never in a circle of waits. A row moved since it was walked is
-            -- checked again as it is locked.
+            -- waits for no lock at all, so it is never in a circle of waits.
             select q.hook_id, q.due_at, h.account_id, h.status, h.expires_at, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
                    h.rate_limit_per_s, h.rate_window_started_at, h.rate_window_count,
                    h.status = 'active' and (h.expires_at is null or h.expires_at > now()) and (h.throttled_until is null or h.throttled_until <= now()) as servable
-            from chosen c
-            join hook_queues q on q.hook_id = c.hook_id
+            from hook_queues q
             join hooks h on h.id = q.hook_id
             where q.due_at <= now()
+              and ${allowance(sql`q.hook_id`, sql`h.account_id`)} > 0
+              and ${accountAllowance(sql`h.account_id`)} > 0
               and (${options.suspectAllowance} > 0 or (h.consecutive_failures = 0 and h.circuit_opened_at is null))
+            order by q.due_at
+            limit ${scan}
             for update of q skip locked
             for no key update of h skip locked
           ),
@@ -358,8 +328,7 @@ export async function claimDueDeliveries(
             update hook_queues q set due_at = n.due_at from next_due n
             where q.hook_id = n.hook_id and q.xmin = n.seen
           )
-          select l.*, (select count(*)::int from chosen) >= ${scan} or (select count(*)::int from walked) >= ${WALK_MAX} as more
-          from (select 1) v left join leased l on true`
+          select l.*, (select count(*)::int from due) as visited from (select 1) v left join leased l on true`
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the
   // statement needs no lock and no transaction around it (on PGlite each statement costs ~0.4 ms).
   const rows = sender.sole
@@ -368,6 +337,7 @@ export async function claimDueDeliveries(
         await tx.execute(sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`)
         return queryRows<Row>(tx as unknown as Database, claim)
       })
+  const visited = Number(rows[0]?.visited ?? 0)
   return {
     deliveries: rows
       .filter((row) => row.id !== null)
@@ -389,7 +359,7 @@ export async function claimDueDeliveries(
         eventSubscription: row.event_subscription === true,
         traceContext: row.trace_context,
       })),
-    more: rows[0]?.more === true,
+    more: visited >= scan,
   }
 }
 

@@ -540,36 +540,6 @@ describe('isolation in the claim (src/delivery/dispatcher.ts)', () => {
     expect(count(named, a.hook.id)).toBe(3)
   })
 
-  test("a subscription due behind hundreds of another account's is in the next claim; that account gets no more than its allowance", async () => {
-    await setAsideOthers()
-    const crowd = await eventFor('/iso-crowd-0')
-    try {
-      await db.execute(sql`insert into hooks (id, account_id, event, target_url, secret_ciphertext)
-        select id || '_' || g, account_id, event, target_url || '-' || g, secret_ciphertext from hooks, generate_series(1, 299) g where id = ${crowd.hook.id}`)
-      // One event to all 300: they fall due together, before the other account's.
-      await moreInbound(crowd.owner, 1)
-      const other = await eventFor('/iso-behind-crowd')
-      const claimed = await claimRows(db, { ...options, limit: 16, defaultAccountAllowance: 10 })
-      expect(count(claimed, other.hook.id)).toBe(1)
-      expect(claimed.filter((item) => item.accountId === crowd.owner.accountId)).toHaveLength(10)
-      // Accounts take turns even when one may lease the whole claim.
-      await moreInbound(other.owner, 1)
-      const turns = await claimRows(db, { ...options, limit: 16 })
-      expect(count(turns, other.hook.id)).toBe(1)
-      expect(turns.filter((item) => item.accountId === crowd.owner.accountId)).toHaveLength(15)
-
-      // Suspects, with no room for suspects: the crowd fills none of the scan, whatever its account's allowance.
-      await db.execute(sql`update hooks set consecutive_failures = 1 where account_id = ${crowd.owner.accountId}`)
-      await moreInbound(crowd.owner, 1)
-      await moreInbound(other.owner, 1)
-      const passedOver = await claimRows(db, { ...options, limit: 16, suspectAllowance: 0 })
-      expect(count(passedOver, other.hook.id)).toBe(1)
-      expect(passedOver.filter((item) => item.accountId === crowd.owner.accountId)).toHaveLength(0)
-    } finally {
-      await db.execute(sql`delete from hooks where account_id = ${crowd.owner.accountId}`)
-    }
-  })
-
   test('a subscription that stops being a suspect is served while the suspects have no room', async () => {
     await setAsideOthers()
     const { owner, hook } = await eventFor('/iso-no-longer-suspect')
