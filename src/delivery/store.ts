@@ -147,7 +147,7 @@ const CLAIM_LOCK = 7_200_011
  * Then it moves each subscription it looked at to when it is next due: now if it may have more
  * due, or had rows the cut left (to the back of the line: round robin, so one account's
  * thousand due subscriptions stand in front of another's for one pass over them, up to 128 per
- * claim, and not again: several claims, docs/performance.md, issue 37, seventh pass); else
+ * claim, and not again: docs/performance.md, issue 37, seventh pass); else
  * its Retry-After, its next probe, the next second of its rate limit, its first retry, or, while
  * it has attempts in flight, the end of a lease taken now (recording an attempt marks it due at
  * once: that bound is for a sender that died); null when it has nothing pending or is not

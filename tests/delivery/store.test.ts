@@ -545,6 +545,7 @@ describe('isolation in the claim (src/delivery/dispatcher.ts)', () => {
     const { owner, hook } = await eventFor('/iso-no-longer-suspect')
     const recordFirst = async (result: AttemptResult, decision: DeliveryDecision) => {
       const [item] = (await claimRows(db, options)).filter((claimed) => claimed.hookId === hook.id)
+      expect(item).toBeDefined()
       await recordDeliveryAttempts(db, [{ deliveryId: item!.id, hookId: item!.hookId, accountId: item!.accountId, result, decision }])
     }
     await recordFirst(failedAttempt, { kind: 'retry', delayMs: 0 })
