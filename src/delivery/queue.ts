@@ -19,40 +19,19 @@ import { queryRows, type Database } from '../lib/db/client.ts'
  */
 
 /**
- * Each account's first subscription (in hook id order) that one statement marks due is due
- * this much earlier than now, the rest now. The claim walks the queue oldest due_at first, and
- * a fan-out marks an account's thousand subscriptions due together: without a head start, a
- * subscription of another account marked due a moment later waited behind all thousand, three
- * or four claims of 40–100 ms under load (docs/performance.md, issue 37, eighth pass). With it,
- * every statement that gives an account work puts one of its subscriptions at the head of the
- * line, ahead of what was marked in the last second, so one account's burst stands in front of
- * another's next message for one row, not a thousand. A second is longer than a pass over the
- * due line under load, and bounds how long a row marked due can be overtaken by later heads.
- * due_at only orders the claim's walk and says when a subscription may be looked at; the claim
- * checks each delivery's own time (src/delivery/store.ts), so an earlier due_at sends nothing
- * early.
+ * SQL: marks the subscriptions that `hookIds` (a query with one column) yields due now, unless
+ * due sooner. Rows are written in hook id order, so that two writers marking the same
+ * subscriptions never wait on each other in a circle.
  */
-const HEAD_START = sql`interval '1 second'`
-
-const dueAtByPlace = (place: SQL): SQL => sql`case when ${place} = 1 then now() - ${HEAD_START} else now() end`
-
-/**
- * SQL: marks the subscriptions that `subscriptions` (a query of two columns: hook id, account
- * id) yields due now (each account's first a second early: HEAD_START), unless due sooner.
- * Rows are written in hook id order, so that two writers marking the same subscriptions never
- * wait on each other in a circle.
- */
-export const markDue = (subscriptions: SQL): SQL => sql`insert into hook_queues (hook_id, due_at)
-  select hook_id, ${dueAtByPlace(sql`row_number() over (partition by account_id order by hook_id)`)}
-  from (select distinct hook_id, account_id from (${subscriptions}) as marked(hook_id, account_id)) as distinct_marked
-  order by hook_id
+export const markDue = (hookIds: SQL): SQL => sql`insert into hook_queues (hook_id, due_at)
+  select distinct hook_id, now() from (${hookIds}) as marked(hook_id) order by hook_id
   on conflict (hook_id) do update set due_at = least(hook_queues.due_at, excluded.due_at)`
 
 /**
- * Marks these subscriptions due now (each account's first a second early: HEAD_START; one
- * deleted meanwhile is left out), passing over a queue row another transaction holds: a writer
- * holding it is marking it due itself, and a claim holding it is done within milliseconds, so
- * the rows passed over are tried once more after RETRY_HELD_MS and then left.
+ * Marks these subscriptions due now (one deleted meanwhile is left out), passing over a queue
+ * row another transaction holds: a writer holding it is marking it due itself, and a claim
+ * holding it is done within milliseconds, so the rows passed over are tried once more after
+ * RETRY_HELD_MS and then left.
  * For recording, which must not wait behind a fan-out that holds a thousand queue rows for
  * seconds (docs/performance.md, the storm): its batches are the only way slots free up.
  */
@@ -71,20 +50,17 @@ async function markUnlessHeld(db: Database, hookIds: readonly string[]): Promise
     db,
     sql`with wanted as (
           -- One deleted meanwhile is left out; the key-share lock keeps the rest from going before the rows below are written.
-          select h.id, h.account_id from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h
-        ),
-        placed as (
-          select id, row_number() over (partition by account_id order by id) as place from wanted
+          select h.id from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h
         ),
         free as (
-          select q.hook_id, w.place from hook_queues q join placed w on w.id = q.hook_id order by q.hook_id for update of q skip locked
+          select q.hook_id from hook_queues q join wanted w on w.id = q.hook_id order by q.hook_id for update of q skip locked
         ),
         marked as (
-          update hook_queues q set due_at = least(q.due_at, ${dueAtByPlace(sql`f.place`)}) from free f where q.hook_id = f.hook_id returning q.hook_id
+          update hook_queues q set due_at = least(q.due_at, now()) from free f where q.hook_id = f.hook_id returning q.hook_id
         ),
         added as (
           insert into hook_queues (hook_id, due_at)
-          select w.id, ${dueAtByPlace(sql`w.place`)} from placed w where not exists (select 1 from hook_queues q where q.hook_id = w.id) order by w.id
+          select w.id, now() from wanted w where not exists (select 1 from hook_queues q where q.hook_id = w.id) order by w.id
           on conflict (hook_id) do nothing
           returning hook_id
         )

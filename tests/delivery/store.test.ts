@@ -540,36 +540,6 @@ describe('isolation in the claim (src/delivery/dispatcher.ts)', () => {
     expect(count(named, a.hook.id)).toBe(3)
   })
 
-  test("a subscription marked due just after hundreds of another account's is in the next claim, whether a fan-out or a record batch marked them", async () => {
-    await setAsideOthers()
-    // Nothing is pending: the earlier tests' queue rows are put aside too, so the crowd below is all that is due.
-    await db.execute(sql`update hook_queues set due_at = null`)
-    const crowd = await eventFor('/iso-crowd-0')
-    try {
-      await db.execute(sql`insert into hooks (id, account_id, event, target_url, secret_ciphertext)
-        select id || '_' || g, account_id, event, target_url || '-' || g, secret_ciphertext from hooks, generate_series(1, 299) g where id = ${crowd.hook.id}`)
-      // One event to all 300: a fan-out marks them due together, before the other account's.
-      await moreInbound(crowd.owner, 1)
-      const other = await eventFor('/iso-behind-crowd')
-      const claimed = await claimRows(db, { ...options, limit: 16, defaultAllowance: 1 })
-      expect(claimed).toHaveLength(16)
-      expect(count(claimed, other.hook.id)).toBe(1)
-
-      // Attempts of all 300 ended together (a wave of timeouts): their record batch marks them due, then the other's.
-      await moreInbound(crowd.owner, 1)
-      await moreInbound(other.owner, 1)
-      await db.execute(sql`update hook_queues set due_at = null`)
-      const crowdHooks = await queryRows<{ id: string }>(db, sql`select id from hooks where account_id = ${crowd.owner.accountId}`)
-      await markHooksDueUnlessHeld(db, crowdHooks.map((row) => row.id))
-      await markHooksDueUnlessHeld(db, [other.hook.id])
-      const afterRecords = await claimRows(db, { ...options, limit: 16, defaultAllowance: 1 })
-      expect(afterRecords).toHaveLength(16)
-      expect(count(afterRecords, other.hook.id)).toBe(1)
-    } finally {
-      await db.execute(sql`delete from hooks where account_id = ${crowd.owner.accountId}`)
-    }
-  })
-
   test('a subscription that stops being a suspect is served while the suspects have no room', async () => {
     await setAsideOthers()
     const { owner, hook } = await eventFor('/iso-no-longer-suspect')
