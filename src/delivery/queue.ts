@@ -19,12 +19,12 @@ import { queryRows, type Database } from '../lib/db/client.ts'
  */
 
 /**
- * SQL: marks the subscriptions that `hookIds` (a query with one column) yields due now, unless
- * due sooner. Rows are written in hook id order, so that two writers marking the same
- * subscriptions never wait on each other in a circle.
+ * SQL: marks the subscriptions that `hooks` (a query of two columns: a subscription's id and its
+ * account's) yields due now, unless due sooner. Rows are written in hook id order, so that two
+ * writers marking the same subscriptions never wait on each other in a circle.
  */
-export const markDue = (hookIds: SQL): SQL => sql`insert into hook_queues (hook_id, due_at)
-  select distinct hook_id, now() from (${hookIds}) as marked(hook_id) order by hook_id
+export const markDue = (hooks: SQL): SQL => sql`insert into hook_queues (hook_id, account_id, due_at)
+  select distinct hook_id, account_id, now() from (${hooks}) as marked(hook_id, account_id) order by hook_id
   on conflict (hook_id) do update set due_at = least(hook_queues.due_at, excluded.due_at)`
 
 /**
@@ -50,7 +50,7 @@ async function markUnlessHeld(db: Database, hookIds: readonly string[]): Promise
     db,
     sql`with wanted as (
           -- One deleted meanwhile is left out; the key-share lock keeps the rest from going before the rows below are written.
-          select h.id from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h
+          select h.id, h.account_id from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h
         ),
         free as (
           select q.hook_id from hook_queues q join wanted w on w.id = q.hook_id order by q.hook_id for update of q skip locked
@@ -59,8 +59,8 @@ async function markUnlessHeld(db: Database, hookIds: readonly string[]): Promise
           update hook_queues q set due_at = least(q.due_at, now()) from free f where q.hook_id = f.hook_id returning q.hook_id
         ),
         added as (
-          insert into hook_queues (hook_id, due_at)
-          select w.id, now() from wanted w where not exists (select 1 from hook_queues q where q.hook_id = w.id) order by w.id
+          insert into hook_queues (hook_id, account_id, due_at)
+          select w.id, w.account_id, now() from wanted w where not exists (select 1 from hook_queues q where q.hook_id = w.id) order by w.id
           on conflict (hook_id) do nothing
           returning hook_id
         )

@@ -211,8 +211,10 @@ export async function claimDueDeliveries(
             from hook_queues q
             join hooks h on h.id = q.hook_id
             where q.due_at <= now()
-              and ${allowance(sql`q.hook_id`, sql`h.account_id`)} > 0
-              and ${accountAllowance(sql`h.account_id`)} > 0
+              -- The account's copy on the queue row: a row with no room is passed over without reading its
+              -- subscription (a claim behind another account's thousand full rows read them all: docs/performance.md).
+              and ${allowance(sql`q.hook_id`, sql`q.account_id`)} > 0
+              and ${accountAllowance(sql`q.account_id`)} > 0
               and (${options.suspectAllowance} > 0 or (h.consecutive_failures = 0 and h.circuit_opened_at is null))
             order by q.due_at
             limit ${scan}

@@ -181,7 +181,7 @@ export async function retryDelivery(deps: Pick<DeliveryOperationDeps, 'db' | 'de
         ),
         ${probeNow(sql`select hook_id from requeued`)},
         queued as (
-          ${markDue(sql`select hook_id from requeued`)}
+          ${markDue(sql`select hook_id, ${accountId}::text from requeued`)}
         )
         select next_attempt_at::text from requeued`,
   )
@@ -224,7 +224,7 @@ export async function recoverDeliveries(deps: Pick<DeliveryOperationDeps, 'db' |
         ),
         ${probeNow(sql`select hook_id from requeued`)},
         queued as (
-          ${markDue(sql`select hook_id from requeued`)}
+          ${markDue(sql`select hook_id, ${accountId}::text from requeued`)}
         )
         select id from requeued`,
   )

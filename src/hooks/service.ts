@@ -366,7 +366,7 @@ const closedCircuit = { consecutiveFailures: 0, circuitOpenedAt: null, circuitPr
 async function changeOwnHook(db: Database, accountId: string, hookId: string, changes: PgUpdateSetSource<typeof hooks>): Promise<Hook> {
   const hook = await db.transaction(async (tx) => {
     const [updated] = await tx.update(hooks).set(changes).where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId))).returning()
-    await tx.execute(markDue(sql`select id from hooks where id = ${hookId} and account_id = ${accountId}`))
+    await tx.execute(markDue(sql`select id, account_id from hooks where id = ${hookId} and account_id = ${accountId}`))
     return updated
   })
   if (!hook) throw noSuchHook(hookId)

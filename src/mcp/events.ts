@@ -249,7 +249,7 @@ async function refresh(
     .returning({ id: hooks.id })
   if (updated.length === 0) return false
   // The claim takes an expired subscription off the queue; renewed before the sweep deleted it, it has to be put back.
-  await deps.db.execute(markDue(sql`select ${input.id}::text`))
+  await deps.db.execute(markDue(sql`select id, account_id from hooks where id = ${input.id}`))
   return true
 }
 

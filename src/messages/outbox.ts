@@ -45,7 +45,7 @@ export const storeEventsAndDeliveries: SQL = sql`,
     returning id, account_id, type
   ),
   targets as (
-    select e.id as event_id, h.id as hook_id, h.status
+    select e.id as event_id, h.id as hook_id, h.account_id, h.status
     from new_events e join hooks h on h.account_id = e.account_id and h.event = e.type and h.status in ('active', 'paused')
       and (h.expires_at is null or h.expires_at > now())
     join stored_events s on s.id = e.id and (h.filter_contacts is null or s.contact = any(h.filter_contacts))
@@ -59,6 +59,6 @@ export const storeEventsAndDeliveries: SQL = sql`,
   queued as (
     -- From the subscriptions found above, not by joining hooks again: a prepared statement's plan made while
     -- hooks was small looped over all of it once per delivery (365 ms for 100 deliveries at 10,000 subscriptions).
-    ${markDue(sql`select hook_id from targets where status = 'active'`)}
+    ${markDue(sql`select hook_id, account_id from targets where status = 'active'`)}
   )${eventRollups('new_events', ['new_deliveries'])}
   select (select count(*) from new_deliveries)::int as delivery_count`

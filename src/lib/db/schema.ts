@@ -420,6 +420,11 @@ export const hookQueues = pgTable(
     hookId: idText('hook_id')
       .primaryKey()
       .references(() => hooks.id, { onDelete: 'cascade' }),
+    /**
+     * The subscription's account (a subscription never changes account, so the copy never goes stale): the claim
+     * chooses among due rows by account without reading each one's subscription (src/delivery/store.ts).
+     */
+    accountId: idText('account_id').notNull(),
     /** Writers that add claimable work only ever bring it earlier; only the claim moves it later. Null: nothing to send. */
     dueAt: timestamp('due_at', { withTimezone: true, mode: 'date' }),
   },
