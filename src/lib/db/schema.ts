@@ -422,7 +422,7 @@ export const hookQueues = pgTable(
       .references(() => hooks.id, { onDelete: 'cascade' }),
     /**
      * The subscription's account (a subscription never changes account, so the copy never goes stale): the claim
-     * chooses among due rows by account without reading each one's subscription (src/delivery/store.ts).
+     * passes over a due row whose account has no room without reading its subscription (src/delivery/store.ts).
      */
     accountId: idText('account_id').notNull(),
     /** Writers that add claimable work only ever bring it earlier; only the claim moves it later. Null: nothing to send. */
