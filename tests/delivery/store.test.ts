@@ -757,6 +757,7 @@ describe("what the worker's statements read (PostgreSQL)", () => {
       await worker.end({ timeout: 5 })
     }
   }, 30_000)
+
   test.if(superuser)("a claim passes over another account's due subscriptions with no room without reading them", async () => {
     const { worker, plans } = explainedWorker()
     const crowd = await eventFor('/crowd-no-room-0')
