@@ -486,6 +486,7 @@ export async function recordDeliveryAttempts(db: Database, batch: readonly Recor
     returning h.id, h.status, p.status_before
     )${attemptRollups(
       attempts.map(({ hookId, accountId, result }) => ({ hookId, accountId, ok: result.ok, failure: result.failure, durationMs: result.durationMs })),
+      'moved',
       ['changed'],
     )}
     select id from changed where status = 'disabled' and status_before <> 'disabled'`)

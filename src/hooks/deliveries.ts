@@ -267,7 +267,7 @@ export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: stri
         insert into delivery_attempts (id, delivery_id, hook_id, event_id, status_code, duration_ms, error, response_snippet)
         select ${newId('att')}, id, hook_id, event_id, ${result.status}::int, ${Math.round(result.durationMs)}::int, ${result.error}::text, ${result.responseSnippet}::text from test_delivery
         returning hook_id
-      )${attemptRollups([{ hookId: hook.id, accountId, ok: result.ok, failure: result.failure, durationMs: result.durationMs }], ['test_attempt'])}
+      )${attemptRollups([{ hookId: hook.id, accountId, ok: result.ok, failure: result.failure, durationMs: result.durationMs }], 'test_attempt', ['test_attempt'])}
     select 1`)
   deps.logger.info('delivery attempt', {
     hook_id: hook.id,

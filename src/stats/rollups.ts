@@ -70,10 +70,13 @@ function deltasBy(attempts: readonly AttemptFigures[], keyOf: (attempt: AttemptF
  * The tail of a WITH that records attempts: adds them to their subscriptions' and accounts'
  * rollups, once the members named in `after` have done their writes. The batch is added up in
  * JavaScript, so the statement upserts one row per subscription and unit, however many attempts
- * each had. A subscription deleted meanwhile is skipped (its rollups went with it); its account
- * still counts the attempt, as it counts every attempt its deleted subscriptions made.
+ * each had. A subscription counts only if the member `logged` (its `hook_id` column) wrote for
+ * it: one deleted meanwhile is skipped (its rollups went with it), even when the delete committed
+ * while this statement waited for a delivery the delete held, so that its snapshot still shows
+ * the subscription. Its account still counts the attempt, as it counts every attempt its deleted
+ * subscriptions made.
  */
-export function attemptRollups(attempts: readonly AttemptFigures[], after: readonly string[]): SQL {
+export function attemptRollups(attempts: readonly AttemptFigures[], logged: string, after: readonly string[]): SQL {
   const figures = (deltas: Delta[]) => sql`jsonb_to_recordset(${JSON.stringify(deltas)}::jsonb) as d(key text, attempts int, succeeded int, failures jsonb, latency jsonb)`
   // A healthy batch has no failures: its row's map is kept as it is. A row whose bucket had closed
   // (a transaction begun in it committing late) is open again: src/stats/closing.ts.
@@ -87,9 +90,9 @@ export function attemptRollups(attempts: readonly AttemptFigures[], after: reado
   return sql`,
   hook_stats_added as (
     insert into hook_stats (hook_id, unit, bucket, attempts, succeeded, failures, latency)
-    select h.id, u.unit, ${bucketOf(sql`now()`)}, d.attempts, d.succeeded, d.failures, d.latency
-    from ${figures(deltasBy(attempts, (attempt) => attempt.hookId))} join hooks h on h.id = d.key cross join ${units}
-    where ${afterWrites(after)}
+    select d.key, u.unit, ${bucketOf(sql`now()`)}, d.attempts, d.succeeded, d.failures, d.latency
+    from ${figures(deltasBy(attempts, (attempt) => attempt.hookId))} cross join ${units}
+    where d.key = any(array(select hook_id from ${sql.identifier(logged)})) and ${afterWrites(after)}
     order by 1, 2, 3
     on conflict (hook_id, unit, bucket) do update set ${merge('hook_stats')}
     returning 1

@@ -303,6 +303,34 @@ describe('recording', () => {
     expect(row!.status).toBe('delivered')
     expect(await db.select().from(deliveries).where(eq(deliveries.hookId, gone.hook.id))).toHaveLength(0)
   })
+
+  test.if(!!server.database.url)('a subscription deleted while its attempt waits to be recorded: the batch is stored, the deleted one is dropped', async () => {
+    const gone = await eventFor('/deleted-during-record')
+    const kept = await eventFor('/kept-during-record')
+    const claimed = (await claimRows(db, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).filter((item) => [gone.hook.id, kept.hook.id].includes(item.hookId))
+    expect(claimed).toHaveLength(2)
+    const deleter = postgres(server.database.url!, { max: 1, onnotice: () => {} })
+    try {
+      let recording: Promise<void> | undefined
+      await deleter.begin(async (tx) => {
+        // What deleting a subscription does (src/hooks/service.ts): its deliveries in flight first, then the row.
+        await tx`select id from deliveries where hook_id = ${gone.hook.id} and leased_until is not null for update`
+        // The record starts now, so its snapshot still holds the subscription the delete is about to remove.
+        recording = recordDeliveryAttempts(db, claimed.map((item) => ({ deliveryId: item.id, hookId: item.hookId, accountId: item.accountId, result: okAttempt, decision: { kind: 'delivered' as const } })))
+        await Bun.sleep(300)
+        await tx`delete from hooks where id = ${gone.hook.id}`
+      })
+      await recording
+    } finally {
+      await deleter.end({ timeout: 5 })
+    }
+    const [row] = await db.select().from(deliveries).where(eq(deliveries.hookId, kept.hook.id))
+    expect(row!.status).toBe('delivered')
+    const logged = await queryRows<{ hook_id: string }>(db, sql`select hook_id from delivery_attempts where hook_id in (${gone.hook.id}, ${kept.hook.id})`)
+    expect(logged.map((attempt) => attempt.hook_id)).toEqual([kept.hook.id])
+    const counted = await queryRows<{ attempts: number }>(db, sql`select attempts from hook_stats where hook_id = ${kept.hook.id} and unit = 'minute'`)
+    expect(counted.map((bucket) => bucket.attempts)).toEqual([1])
+  })
 })
 
 describe('flow control in the claim', () => {
