@@ -87,42 +87,6 @@ export const DELIVERIES_CHANNEL = 'deliveries_due'
 /** Five days of nothing but failures disable a subscription (docs/api.md#how-deliveries-are-sent); one success resets the clock. */
 export const CONTINUOUS_FAILURE_DISABLES_AFTER_MS = 5 * 24 * 3_600_000
 
-/**
- * How PostgreSQL plans the delivery worker's statements (claim, record), set on each of its
- * connections (src/delivery/worker.ts). They are prepared once per connection
- * (src/lib/db/client.ts), and each keeps one generic plan: planned afresh on every use, the
- * claim took longer to plan than to run (5.6 ms against 2.5) and planning was 40 % of
- * PostgreSQL's CPU per delivery (docs/performance.md, issue 25).
- *
- * A generic plan is made for the tables as they were at its first use, and the delivery tables
- * grow from nothing to hundreds of thousands of rows within a minute (a fan-out to a thousand
- * subscriptions), long before autovacuum analyzes them: a plan made on the empty table scanned
- * all of it for every batch of attempts recorded (30–70 ms instead of 1; the storm, issue 23).
- * Every statement of the worker starts from a batch it holds (the subscriptions it claims, the
- * attempts it records) and reaches each row through an index by key, so the plans are made
- * with sequential scans, hash joins and merge joins off: the nested loops over indexes they get
- * are right for a table of any size, and a plan made while a table was empty is right later.
- * JIT is off: PostgreSQL's default jit_above_cost is far below these statements' estimates, and
- * compiling the claim cost ~100 ms to save microseconds.
- *
- * Bitmap scans are off too. The claim counts each subscription's leases in flight through the
- * partial index of leased deliveries, and every lease a record ended leaves its entry there until
- * a vacuum (setting `leased_until` to null is not a HOT update): thousands of them a second under
- * load. A bitmap scan read all of them, and their heap pages, on every claim (12,000 entries and
- * 940 pages, 40 % of a claim's time in the basic closed loop); a plain index scan that finds an
- * entry's row dead to every transaction marks the entry, and later scans pass over it
- * (docs/performance.md). While a long transaction holds the cleanup horizon back, no entry can be
- * marked, and the plain scan then fetches each one's row where a bitmap scan read each page once.
- */
-export const WORKER_SESSION_SETTINGS = {
-  plan_cache_mode: 'force_generic_plan',
-  enable_seqscan: 'off',
-  enable_hashjoin: 'off',
-  enable_mergejoin: 'off',
-  enable_bitmapscan: 'off',
-  jit: 'off',
-}
-
 // Any constant works as long as nothing else in the database takes this advisory lock.
 const CLAIM_LOCK = 7_200_011
 
@@ -223,7 +187,7 @@ export async function claimDueDeliveries(
           ),
           held as materialized (
             -- Each member from here on reads the one before it and carries forward what the later ones need: none is
-            -- joined to another, since with hash joins off (WORKER_SESSION_SETTINGS) such a join is a nested loop
+            -- joined to another, since with hash joins off (KEYED_PLAN_SETTINGS) such a join is a nested loop
             -- that reads one member again for every row of the other (docs/performance.md). Materialized, as
             -- tallied is: inlined, each use of a column below would copy its subquery (the lease count three times).
             select d.*,
@@ -426,7 +390,7 @@ export async function recordDeliveryAttempts(db: Database, batch: readonly Recor
       from input i, hooks h
       where d.id = i.delivery_id and h.id = d.hook_id
       -- The attempt's own figures come back with its delivery, so that what follows reads one member
-      -- and joins no two: with hash joins off (WORKER_SESSION_SETTINGS) a join of two members is a
+      -- and joins no two: with hash joins off (KEYED_PLAN_SETTINGS) a join of two members is a
       -- nested loop, a batch of 70 attempts read 70 × 70 rows twice (docs/performance.md).
       returning d.id, d.hook_id, d.event_id, i.attempt_id, i.status_code, i.duration_ms, i.error, i.response_snippet,
                 i.outcome, i.disable_reason, i.throttle_ms, i.breaker_failure

@@ -5,7 +5,8 @@ import type { TracingSettings } from '../lib/runtime/tracing-settings.ts'
 import type { FlowSettings } from './flow-control.ts'
 import type { DeliveryMetrics, OutcomeCounts } from './outcomes.ts'
 import { pgliteNamedStatement } from '../lib/db/pglite-named.ts'
-import { claimDueDeliveries, recordDeliveryAttempts, WORKER_SESSION_SETTINGS, type ClaimOptions, type RecordedAttempt } from './store.ts'
+import { claimDueDeliveries, recordDeliveryAttempts, type ClaimOptions, type RecordedAttempt } from './store.ts'
+import { KEYED_PLAN_SETTINGS } from '../lib/db/keyed-plans.ts'
 
 /** A subscription this process has not sent to lately starts with this many attempts in flight (src/delivery/flow-control.ts). */
 export const INITIAL_WINDOW = 4
@@ -103,7 +104,7 @@ export function startDeliveryWorker(options: {
     tracing: config.tracing,
   }
   // The claim is most of PGlite's time for deliveries; by name it is planned once (src/lib/db/pglite-named.ts).
-  const namedClaim = handle.pglite ? pgliteNamedStatement(handle.pglite, 'delivery_claim', WORKER_SESSION_SETTINGS) : undefined
+  const namedClaim = handle.pglite ? pgliteNamedStatement(handle.pglite, 'delivery_claim', KEYED_PLAN_SETTINGS) : undefined
   let stopping = false
   let stopped: (() => void) | null = null
   let worker: Worker

@@ -9,7 +9,8 @@ import { createDestinations } from './destinations/index.ts'
 import { traceAttempt, type AttemptTraceFields } from './attempt-span.ts'
 import { startTracing, type Tracing } from '../lib/runtime/tracing.ts'
 import { occurrenceBody, SUBSCRIPTION_ID_HEADER } from './event-wire.ts'
-import { DELIVERIES_CHANNEL, WORKER_SESSION_SETTINGS, claimDueDeliveries, recordDeliveryAttempts, type ClaimedDelivery } from './store.ts'
+import { DELIVERIES_CHANNEL, claimDueDeliveries, recordDeliveryAttempts, type ClaimedDelivery } from './store.ts'
+import { KEYED_PLAN_SETTINGS } from '../lib/db/keyed-plans.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './supervisor.ts'
 import { OUTCOME_INDEX, type OutcomeCounts } from './outcomes.ts'
 
@@ -48,7 +49,7 @@ function proxiedStore(): DeliveryStore {
 async function postgresStore(url: string, onNotified: () => void): Promise<DeliveryStore> {
   const client = postgresClient(url, {
     max: POOL_SIZES.worker,
-    settings: WORKER_SESSION_SETTINGS,
+    settings: KEYED_PLAN_SETTINGS,
     onAvailability: (available, error) =>
       available
         ? log('info', 'the database answers again: claiming deliveries')

@@ -42,13 +42,15 @@ export const storeEventsAndDeliveries: SQL = sql`,
   new_events as (
     insert into events (id, account_id, type, payload, contact, trace_context)
     select id, account_id, type, payload, contact, trace_context from stored_events
-    returning id, account_id, type
+    returning id, account_id, type, contact
   ),
   targets as (
+    -- From new_events alone, joined to no other member: with hash joins off (src/lib/db/keyed-plans.ts)
+    -- such a join is a nested loop that reads one member again for every row of the other.
     select e.id as event_id, h.id as hook_id, h.account_id, h.status
     from new_events e join hooks h on h.account_id = e.account_id and h.event = e.type and h.status in ('active', 'paused')
       and (h.expires_at is null or h.expires_at > now())
-    join stored_events s on s.id = e.id and (h.filter_contacts is null or s.contact = any(h.filter_contacts))
+      and (h.filter_contacts is null or e.contact = any(h.filter_contacts))
   ),
   new_deliveries as (
     insert into deliveries (id, event_id, hook_id)

@@ -1,6 +1,7 @@
 import { and, desc, eq, gte, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { queryRows, type Database } from '../lib/db/client.ts'
+import { queryRowsWithKeyedPlans } from '../lib/db/keyed-plans.ts'
 import { createBatcher, createKeyedBatcher, type BatcherOptions } from './batcher.ts'
 import { startPeriodicSweep } from '../lib/runtime/sweep.ts'
 import { isDatabaseUnavailable } from '../lib/db/errors.ts'
@@ -139,11 +140,18 @@ export interface MessageWrites {
   rowsPerStatement: number
   /** The share of the time a wide fan-out's statements may take (src/messages/batcher.ts, `cost.share`); 1: back to back. */
   fanOutShare: number
+  /**
+   * Whether a settlement runs in a transaction of its own with KEYED_PLAN_SETTINGS
+   * (src/lib/db/keyed-plans.ts): on PostgreSQL, where each connection keeps the statement's
+   * first plan. PGlite plans each statement afresh for the tables as they are, and a
+   * transaction there would be three more statements on the server's thread.
+   */
+  keyedPlans: boolean
 }
 
 export const MESSAGE_WRITES: Record<'postgres' | 'pglite', MessageWrites> = {
-  postgres: { storeLinger: {}, settleLinger: { lingerMs: 1 }, rowsPerStatement: 2000, fanOutShare: 1 },
-  pglite: { storeLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, settleLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, rowsPerStatement: 500, fanOutShare: 0.5 },
+  postgres: { storeLinger: {}, settleLinger: { lingerMs: 1 }, rowsPerStatement: 2000, fanOutShare: 1, keyedPlans: true },
+  pglite: { storeLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, settleLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, rowsPerStatement: 500, fanOutShare: 0.5, keyedPlans: false },
 }
 
 /** Records one settlement; resolves to the number of deliveries its batch queued. */
@@ -160,23 +168,25 @@ export function createMessageSettler(db: Database, writes: MessageWrites = MESSA
   const batcher = createKeyedBatcher<Settlement, number>(
     (settlement) => settlement.account_id,
     async (batch) => {
-      const [row] = await queryRows<{ delivery_count: number }>(
-        db,
-        sql`with input as (
-              select * from jsonb_to_recordset(${JSON.stringify(batch)}::jsonb) as i(
-                message_id text, status text, error text, updated_at timestamptz, event_id text, event_type text, payload text, trace_context text)
+      const input = batch.map((settlement) => ({ ...settlement, from_status: 'queued' }))
+      const statement = sql`with input as (
+              select * from jsonb_to_recordset(${JSON.stringify(input)}::jsonb) as i(
+                message_id text, from_status text, status text, error text, updated_at timestamptz, event_id text, event_type text, payload text, trace_context text)
             ),
             settled as (
+              -- The status to leave comes with the input, not as the literal 'queued': a literal lets the plan read
+              -- messages_queued_idx, which holds an entry for every message settled since the last vacuum, and a
+              -- settlement of one message read 65,000 of them (docs/performance.md, issue 37). Each message is
+              -- reached by its key, and its event's fields come back with it, so that no member joins another.
               update messages m set status = i.status, error = i.error, updated_at = i.updated_at
               from input i
-              where m.id = i.message_id and m.status = 'queued'
-              returning m.id, m.account_id, m.contact
+              where m.id = i.message_id and m.status = i.from_status
+              returning i.event_id as id, m.account_id, i.event_type as type, i.payload, m.contact, i.trace_context
             ),
             stored_events as (
-              select i.event_id as id, s.account_id, i.event_type as type, i.payload, s.contact, i.trace_context
-              from input i join settled s on s.id = i.message_id
-            )${storeEventsAndDeliveries}`,
-      )
+              select id, account_id, type, payload, contact, trace_context from settled
+            )${storeEventsAndDeliveries}`
+      const [row] = writes.keyedPlans ? await queryRowsWithKeyedPlans<{ delivery_count: number }>(db, statement) : await queryRows<{ delivery_count: number }>(db, statement)
       return batch.map(() => Number(row?.delivery_count ?? 0))
     },
     // Nobody waits on a settlement (the API answered already): a millisecond gathers a busy moment's into one

@@ -9,7 +9,9 @@ import type { Server } from 'bun'
 import { startTestServer } from '../support/server.ts'
 import { makeCertificates } from '../../fixtures/tls.ts'
 import { deliveries, hooks } from '../../src/lib/db/schema.ts'
-import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS, WORKER_SESSION_SETTINGS, claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
+import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS, claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
+import { KEYED_PLAN_SETTINGS } from '../../src/lib/db/keyed-plans.ts'
+import { explainedConnection, isSuperuser, nodesOf, type PlanNode } from '../support/plans.ts'
 import { decideAfterAttempt, type DeliveryDecision } from '../../src/delivery/policy.ts'
 import { markHooksDueUnlessHeld } from '../../src/delivery/queue.ts'
 import { sendWebhook, type AttemptResult } from '../../src/delivery/send.ts'
@@ -636,7 +638,7 @@ describe("the worker's plans (PostgreSQL)", () => {
   }
 
   test.if(!!server.database.url)('plans made while the table was small still reach rows by key once it holds 20,000 more', async () => {
-    const worker = postgresClient(server.database.url!, { max: 1, settings: WORKER_SESSION_SETTINGS })
+    const worker = postgresClient(server.database.url!, { max: 1, settings: KEYED_PLAN_SETTINGS })
     const workerDb = preparedDrizzle(worker)
     // The worker's counters reach pg_stat_user_tables when its connection next goes idle after this.
     const flushStatistics = () => worker`select pg_stat_force_next_flush()`
@@ -671,7 +673,7 @@ describe("the worker's plans (PostgreSQL)", () => {
   })
 
   test.if(!!server.database.url)("a claim counts a subscription's leases from the live ones: a lease its record ended is passed over once seen", async () => {
-    const worker = postgresClient(server.database.url!, { max: 1, settings: WORKER_SESSION_SETTINGS })
+    const worker = postgresClient(server.database.url!, { max: 1, settings: KEYED_PLAN_SETTINGS })
     const workerDb = preparedDrizzle(worker)
     /** Entries of the leases index the worker's statements have read, as PostgreSQL counts them. */
     const leaseEntriesRead = async () => {
@@ -716,42 +718,13 @@ describe("the worker's plans (PostgreSQL)", () => {
   })
 })
 
-type PlanNode = { 'Node Type': string; 'CTE Name'?: string; 'Relation Name'?: string; 'Actual Loops': number; Plans?: PlanNode[] }
-/** Every node of a plan, its subplans' included. */
-const nodesOf = (node: PlanNode): PlanNode[] => [node, ...(node.Plans ?? []).flatMap(nodesOf)]
-
-/**
- * A connection with the worker's own settings whose statements' executed plans are collected:
- * auto_explain sends each one to this session as a notice, with the actual loops of every node.
- */
+/** A connection with the worker's own settings whose statements' executed plans are collected. */
 function explainedWorker() {
-  const plans: { query: string; plan: PlanNode }[] = []
-  const worker = postgres(server.database.url!, {
-    max: 1,
-    connection: {
-      ...WORKER_SESSION_SETTINGS,
-      session_preload_libraries: 'auto_explain',
-      'auto_explain.log_min_duration': '0',
-      'auto_explain.log_analyze': 'on',
-      'auto_explain.log_timing': 'off',
-      'auto_explain.log_format': 'json',
-      'auto_explain.log_level': 'notice',
-      client_min_messages: 'notice',
-    },
-    onnotice: (notice) => {
-      const text = String(notice.message)
-      if (!text.includes('{')) return
-      const explained = JSON.parse(text.slice(text.indexOf('{'))) as { 'Query Text': string; Plan: PlanNode }
-      plans.push({ query: explained['Query Text'], plan: explained.Plan })
-    },
-  })
-  return { worker, plans }
+  const { connection, plans } = explainedConnection(server.database.url!, KEYED_PLAN_SETTINGS)
+  return { worker: connection, plans }
 }
 
-// Loading auto_explain into a session takes a superuser (CI's PostgreSQL users are).
-const superuser = server.database.url
-  ? (await queryRows<{ rolsuper: boolean }>(db, sql`select rolsuper from pg_roles where rolname = current_user`))[0]?.rolsuper === true
-  : false
+const superuser = server.database.url ? await isSuperuser(db) : false
 
 describe("what the worker's statements read (PostgreSQL)", () => {
   test.if(superuser)('a claim of 40 subscriptions and its record scan no WITH member again for each row of another', async () => {

@@ -1,0 +1,53 @@
+import { expect, test } from 'bun:test'
+import { sql } from 'drizzle-orm'
+import { startTestServer } from '../support/server.ts'
+import { explainedConnection, isSuperuser, nodesOf } from '../support/plans.ts'
+import { preparedDrizzle } from '../../src/lib/db/client.ts'
+import { newId } from '../../src/lib/db/ids.ts'
+import { createMessageSettler } from '../../src/messages/service.ts'
+
+// What a message settlement reads on PostgreSQL (src/messages/service.ts, createMessageSettler),
+// from its executed plan, on a connection of the API's kind (no session settings of its own).
+const server = await startTestServer({ deliverWebhooks: false })
+const db = server.database.handle.db
+const superuser = server.database.url ? await isSuperuser(db) : false
+
+test.if(superuser)('a settlement reaches its message by key: first planned on an empty table, after 3,000 messages settled', async () => {
+  const owner = await server.createAccountWithKey('Settling')
+  const created = await server.fetch(`/v0/account/${owner.accountId}/hooks?key=${owner.secret}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ event: 'message.delivered', target_url: 'https://hooks.example.com/settled' }),
+  })
+  expect(created.status).toBe(201)
+  const { connection, plans } = explainedConnection(server.database.url!)
+  try {
+    const settle = createMessageSettler(preparedDrizzle(connection))
+    const queue = async (count: number) => {
+      const ids = Array.from({ length: count }, () => newId('msg'))
+      await db.execute(sql`insert into messages (id, account_id, direction, contact, body, status)
+        select id, ${owner.accountId}, 'outbound', '+14155550100', 'hi', 'queued' from unnest(${sql.raw(`array[${ids.map((id) => `'${id}'`).join(',')}]`)}::text[]) as id`)
+      return ids
+    }
+    const settleAll = (ids: string[]) =>
+      Promise.all(
+        ids.map((id) =>
+          settle({ account_id: owner.accountId, message_id: id, status: 'delivered', error: null, updated_at: new Date().toISOString(), event_id: newId('evt'), event_type: 'message.delivered', payload: '{}', trace_context: null }),
+        ),
+      )
+    // Planned while messages is empty, then kept on this connection.
+    expect(await settleAll(await queue(1))).toEqual([1])
+    // Each settled message leaves its entry in the partial index of queued messages until a vacuum.
+    for (let i = 0; i < 6; i++) await settleAll(await queue(500))
+    plans.length = 0
+    expect(await settleAll(await queue(1))).toEqual([1])
+    const settlement = plans.find((item) => item.query.includes('settled as ('))
+    expect(settlement).toBeDefined()
+    const readsOfMessages = nodesOf(settlement!.plan)
+      .filter((node) => node['Node Type'] !== 'ModifyTable' && (node['Relation Name'] === 'messages' || node['Index Name']?.startsWith('messages_')))
+      .map((node) => `${node['Node Type']} ${node['Index Name'] ?? node['Relation Name']} × ${node['Actual Loops']}`)
+    expect(readsOfMessages).toEqual(['Index Scan messages_pkey × 1'])
+  } finally {
+    await connection.end({ timeout: 5 })
+  }
+}, 60_000)
