@@ -144,7 +144,7 @@ export async function createInstance(options: {
     worker?.wake()
     notifier?.committed()
   }
-  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, storeMessage: createMessageStorer(handle.db, MESSAGE_WRITES[handle.kind]), settleMessage: createMessageSettler(handle.db, MESSAGE_WRITES[handle.kind]), deliveriesQueued, tracing }
+  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, storeMessage: createMessageStorer(handle.db, MESSAGE_WRITES[handle.kind]), settleMessage: createMessageSettler(handle.keyedDb, MESSAGE_WRITES[handle.kind]), deliveriesQueued, tracing }
   const app = createApp({
     config,
     db: handle.db,
@@ -163,7 +163,7 @@ export async function createInstance(options: {
   const metrics =
     config.metricsPort === undefined
       ? undefined
-      : createMetrics({ handle, routes: app.routes, pools: handle.kind === 'postgres' ? { api: POOL_SIZES.api, ...(options.deliverWebhooks ? { worker: POOL_SIZES.worker } : {}) } : undefined })
+      : createMetrics({ handle, routes: app.routes, pools: handle.kind === 'postgres' ? { api: POOL_SIZES.api, keyed: POOL_SIZES.keyed, ...(options.deliverWebhooks ? { worker: POOL_SIZES.worker } : {}) } : undefined })
   const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger, metrics: metrics?.delivery }) : undefined
   const successorErasure = startSuccessorErasure({ db: handle.db, graceSeconds: config.oauthRefreshGraceSeconds, logger })
   const eventRetention = startEventRetention({ db: handle.db, retentionDays: config.eventRetentionDays, logger })

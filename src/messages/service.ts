@@ -1,7 +1,6 @@
 import { and, desc, eq, gte, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { queryRows, type Database } from '../lib/db/client.ts'
-import { queryRowsWithKeyedPlans } from '../lib/db/keyed-plans.ts'
 import { createBatcher, createKeyedBatcher, type BatcherOptions } from './batcher.ts'
 import { startPeriodicSweep } from '../lib/runtime/sweep.ts'
 import { isDatabaseUnavailable } from '../lib/db/errors.ts'
@@ -140,18 +139,11 @@ export interface MessageWrites {
   rowsPerStatement: number
   /** The share of the time a wide fan-out's statements may take (src/messages/batcher.ts, `cost.share`); 1: back to back. */
   fanOutShare: number
-  /**
-   * Whether a settlement runs in a transaction of its own with KEYED_PLAN_SETTINGS
-   * (src/lib/db/keyed-plans.ts): on PostgreSQL, where each connection keeps the statement's
-   * first plan. PGlite plans each statement afresh for the tables as they are, and a
-   * transaction there would be three more statements on the server's thread.
-   */
-  keyedPlans: boolean
 }
 
 export const MESSAGE_WRITES: Record<'postgres' | 'pglite', MessageWrites> = {
-  postgres: { storeLinger: {}, settleLinger: { lingerMs: 1 }, rowsPerStatement: 2000, fanOutShare: 1, keyedPlans: true },
-  pglite: { storeLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, settleLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, rowsPerStatement: 500, fanOutShare: 0.5, keyedPlans: false },
+  postgres: { storeLinger: {}, settleLinger: { lingerMs: 1 }, rowsPerStatement: 2000, fanOutShare: 1 },
+  pglite: { storeLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, settleLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, rowsPerStatement: 500, fanOutShare: 0.5 },
 }
 
 /** Records one settlement; resolves to the number of deliveries its batch queued. */
@@ -163,6 +155,7 @@ export type MessageSettler = (settlement: Settlement) => Promise<number>
  * longer queued (another process settled it) is left alone and gets no event. One batch lane
  * per account: an account whose events fan out to a thousand subscriptions writes thousands of
  * rows per message, and another account's settlements are not made to wait for that statement.
+ * `db` is the handle's `keyedDb` (src/lib/db/client.ts): every row is reached by key.
  */
 export function createMessageSettler(db: Database, writes: MessageWrites = MESSAGE_WRITES.postgres): MessageSettler {
   const batcher = createKeyedBatcher<Settlement, number>(
@@ -186,7 +179,7 @@ export function createMessageSettler(db: Database, writes: MessageWrites = MESSA
             stored_events as (
               select id, account_id, type, payload, contact, trace_context from settled
             )${storeEventsAndDeliveries}`
-      const [row] = writes.keyedPlans ? await queryRowsWithKeyedPlans<{ delivery_count: number }>(db, statement) : await queryRows<{ delivery_count: number }>(db, statement)
+      const [row] = await queryRows<{ delivery_count: number }>(db, statement)
       return batch.map(() => Number(row?.delivery_count ?? 0))
     },
     // Nobody waits on a settlement (the API answered already): a millisecond gathers a busy moment's into one

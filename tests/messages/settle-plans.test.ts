@@ -2,15 +2,23 @@ import { expect, test } from 'bun:test'
 import { sql } from 'drizzle-orm'
 import { startTestServer } from '../support/server.ts'
 import { explainedConnection, isSuperuser, nodesOf } from '../support/plans.ts'
-import { preparedDrizzle } from '../../src/lib/db/client.ts'
+import { preparedDrizzle, queryRows } from '../../src/lib/db/client.ts'
+import { KEYED_PLAN_SETTINGS } from '../../src/lib/db/keyed-plans.ts'
 import { newId } from '../../src/lib/db/ids.ts'
 import { createMessageSettler } from '../../src/messages/service.ts'
 
 // What a message settlement reads on PostgreSQL (src/messages/service.ts, createMessageSettler),
-// from its executed plan, on a connection of the API's kind (no session settings of its own).
+// from its executed plan, on a connection with the settings of the pool settlements run on
+// (`keyedDb`, src/lib/db/client.ts).
 const server = await startTestServer({ deliverWebhooks: false })
 const db = server.database.handle.db
 const superuser = server.database.url ? await isSuperuser(db) : false
+
+test.if(!!server.database.url)('the pool settlements run on plans with the keyed settings; the API pool with the defaults', async () => {
+  const hashJoins = async (pool: typeof db) => (await queryRows<{ enable_hashjoin: string }>(pool, sql`show enable_hashjoin`))[0]!.enable_hashjoin
+  expect(await hashJoins(server.database.handle.keyedDb)).toBe('off')
+  expect(await hashJoins(db)).toBe('on')
+})
 
 test.if(superuser)('a settlement reaches its message by key: first planned on an empty table, after 3,000 messages settled', async () => {
   const owner = await server.createAccountWithKey('Settling')
@@ -20,7 +28,7 @@ test.if(superuser)('a settlement reaches its message by key: first planned on an
     body: JSON.stringify({ event: 'message.delivered', target_url: 'https://hooks.example.com/settled' }),
   })
   expect(created.status).toBe(201)
-  const { connection, plans } = explainedConnection(server.database.url!)
+  const { connection, plans } = explainedConnection(server.database.url!, KEYED_PLAN_SETTINGS)
   try {
     const settle = createMessageSettler(preparedDrizzle(connection))
     const queue = async (count: number) => {

@@ -6,12 +6,20 @@ import { sql, type SQL } from 'drizzle-orm'
 import postgres from 'postgres'
 import * as schema from './schema.ts'
 import { DatabaseUnavailableError, isDatabaseUnavailable } from './errors.ts'
+import { KEYED_PLAN_SETTINGS } from './keyed-plans.ts'
 
 /** The one database type the features see; both drivers implement it. */
 export type Database = PgDatabase<PgQueryResultHKT, typeof schema>
 
 export interface DatabaseHandle {
   db: Database
+  /**
+   * The same database for statements that start from a batch and reach every row by key (a
+   * message settlement), planned with KEYED_PLAN_SETTINGS (src/lib/db/keyed-plans.ts): on
+   * PostgreSQL a pool of its own whose sessions have them, so that each such statement is one
+   * round trip; on PGlite `db` itself, which plans each statement afresh for the tables as they are.
+   */
+  keyedDb: Database
   kind: 'postgres' | 'pglite'
   /** The embedded database itself, for the statements run on it by name (src/lib/db/pglite-named.ts). */
   pglite?: PGlite
@@ -152,21 +160,31 @@ export function postgresClient(url: string, options: PostgresClientOptions): pos
   })
 }
 
-/** Connections per process: the API's pool and the delivery worker thread's own (the metrics report both). */
-export const POOL_SIZES = { api: 10, worker: 4 } as const
+/**
+ * Connections per process: the API's pool, its pool for settlements (one statement at a time
+ * per account settling: src/messages/service.ts) and the delivery worker thread's own (the
+ * metrics report each).
+ */
+export const POOL_SIZES = { api: 10, keyed: 4, worker: 4 } as const
 
 export function postgresDatabase(url: string, options: { max?: number } = {}): DatabaseHandle {
   const client = postgresClient(url, { max: options.max ?? POOL_SIZES.api })
+  const keyed = postgresClient(url, { max: POOL_SIZES.keyed, settings: KEYED_PLAN_SETTINGS })
   return {
     db: preparedDrizzle(client),
+    keyedDb: preparedDrizzle(keyed),
     kind: 'postgres',
-    close: () => client.end({ timeout: 5 }),
+    close: async () => {
+      await Promise.all([client.end({ timeout: 5 }), keyed.end({ timeout: 5 })])
+    },
   }
 }
 
 export function pgliteDatabase(client: PGlite): DatabaseHandle {
+  const db = drizzlePglite(client, { schema }) as unknown as Database
   return {
-    db: drizzlePglite(client, { schema }) as unknown as Database,
+    db,
+    keyedDb: db,
     kind: 'pglite',
     pglite: client,
     close: () => client.close(),

@@ -1,11 +1,8 @@
-import { sql, type SQL } from 'drizzle-orm'
-import { queryRows, type Database } from './client.ts'
-
 /**
  * How PostgreSQL plans the statements that start from a batch they hold and reach each row
  * through an index by key: the delivery worker's claim and record, set on each of its
- * connections (src/delivery/worker.ts), and a message settlement, set for its own transaction
- * (`queryRowsWithKeyedPlans`). They are prepared once per connection (src/lib/db/client.ts), and
+ * connections (src/delivery/worker.ts), and a message settlement, on the API process's pool of
+ * such connections (`keyedDb`, src/lib/db/client.ts). They are prepared once per connection, and
  * each keeps one generic plan: planned afresh on every use, the claim took longer to plan than
  * to run (5.6 ms against 2.5) and planning was 40 % of PostgreSQL's CPU per delivery
  * (docs/performance.md, issue 25).
@@ -36,22 +33,4 @@ export const KEYED_PLAN_SETTINGS = {
   enable_mergejoin: 'off',
   enable_bitmapscan: 'off',
   jit: 'off',
-}
-
-const keyedPlansForTransaction = sql.join(
-  Object.entries(KEYED_PLAN_SETTINGS).map(([name, value]) => sql`set_config(${name}, ${value}, true)`),
-  sql`, `,
-)
-
-/**
- * Runs `statement` in a transaction of its own with KEYED_PLAN_SETTINGS in force, on a pool
- * whose sessions plan otherwise (the API's): it is planned with them at its first use on each
- * connection and keeps that plan, and no other statement of the session sees them. One round
- * trip more than the statement alone (the settings), plus the transaction's two.
- */
-export async function queryRowsWithKeyedPlans<T>(db: Database, statement: SQL): Promise<T[]> {
-  return db.transaction(async (tx) => {
-    await tx.execute(sql`select ${keyedPlansForTransaction}`)
-    return queryRows<T>(tx as unknown as Database, statement)
-  })
 }
