@@ -718,17 +718,11 @@ describe("the worker's plans (PostgreSQL)", () => {
   })
 })
 
-/** A connection with the worker's own settings whose statements' executed plans are collected. */
-function explainedWorker() {
-  const { connection, plans } = explainedConnection(server.database.url!, KEYED_PLAN_SETTINGS)
-  return { worker: connection, plans }
-}
-
 const superuser = server.database.url ? await isSuperuser(db) : false
 
 describe("what the worker's statements read (PostgreSQL)", () => {
   test.if(superuser)('a claim of 40 subscriptions and its record scan no WITH member again for each row of another', async () => {
-    const { worker, plans } = explainedWorker()
+    const { connection: worker, plans } = explainedConnection(server.database.url!, KEYED_PLAN_SETTINGS)
     try {
       await db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
       const owner = await server.createAccountWithKey()
@@ -760,7 +754,7 @@ describe("what the worker's statements read (PostgreSQL)", () => {
   }, 30_000)
 
   test.if(superuser)("a claim passes over another account's due subscriptions with no room without reading them", async () => {
-    const { worker, plans } = explainedWorker()
+    const { connection: worker, plans } = explainedConnection(server.database.url!, KEYED_PLAN_SETTINGS)
     const crowd = await eventFor('/crowd-no-room-0')
     try {
       await db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)

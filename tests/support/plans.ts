@@ -1,6 +1,6 @@
+import { sql } from 'drizzle-orm'
 import postgres from 'postgres'
 import { queryRows, type Database } from '../../src/lib/db/client.ts'
-import { sql } from 'drizzle-orm'
 
 export type PlanNode = { 'Node Type': string; 'CTE Name'?: string; 'Relation Name'?: string; 'Index Name'?: string; 'Actual Loops': number; Plans?: PlanNode[] }
 
