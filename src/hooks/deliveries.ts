@@ -17,7 +17,7 @@ import { createDestinations } from '../delivery/destinations/index.ts'
 import { exampleEvent } from './event-catalog.ts'
 import type { EventType } from '../messages/event-types.ts'
 import type { DeliveryAttemptSchema, DeliveryDetailSchema, DeliverySchema, TestResultSchema } from './schemas.ts'
-import { getHook, type Hook } from './service.ts'
+import { getHook, noSuchHook, type Hook } from './service.ts'
 
 export type DeliveryResource = Static<typeof DeliverySchema>
 export type DeliveryDetail = Static<typeof DeliveryDetailSchema>
@@ -253,9 +253,18 @@ export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: stri
     ? traceAttempt(deps.tracing, context.active(), { hookId: hook.id, eventId: event.id, deliveryId, attempt: 1, url: hook.targetUrl }, send)
     : send({}).then((result) => ({ result, trace: undefined }))
   ).finally(() => destinations.close())
-  await deps.db.execute(sql`with
+  // The subscription may have been deleted while the attempt was in flight: the log goes only
+  // where the subscription still is, and its row is held (key share, as a foreign key's check
+  // takes it) so that a delete waits for this statement rather than failing its foreign keys.
+  const [logged] = await queryRows<{ attempts: number }>(
+    deps.db,
+    sql`with
+      subscription as (
+        select id from hooks where id = ${hook.id} and account_id = ${accountId} for key share
+      ),
       test_event as (
-        insert into events (id, account_id, type, payload, test) values (${event.id}, ${accountId}, ${event.type}, ${event.payload}, true)
+        insert into events (id, account_id, type, payload, test)
+        select ${event.id}, ${accountId}, ${event.type}, ${event.payload}, true from subscription
         returning id
       ),
       test_delivery as (
@@ -268,7 +277,8 @@ export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: stri
         select ${newId('att')}, id, hook_id, event_id, ${result.status}::int, ${Math.round(result.durationMs)}::int, ${result.error}::text, ${result.responseSnippet}::text from test_delivery
         returning hook_id
       )${attemptRollups([{ hookId: hook.id, accountId, ok: result.ok, failure: result.failure, durationMs: result.durationMs }], 'test_attempt', ['test_attempt'])}
-    select 1`)
+    select count(*)::int as attempts from test_attempt`,
+  )
   deps.logger.info('delivery attempt', {
     hook_id: hook.id,
     event_id: event.id,
@@ -281,6 +291,8 @@ export async function sendTestEvent(deps: DeliveryOperationDeps, accountId: stri
     test: true,
     ...trace,
   })
+  // Sent, but not kept: the subscription and its log are gone, as the owner asked.
+  if (logged?.attempts !== 1) throw noSuchHook(hook.id)
   return { delivery_id: deliveryId, status_code: result.status, duration_ms: Math.round(result.durationMs), error: result.error }
 }
 

@@ -266,7 +266,7 @@ export async function listHooks(db: Database, accountId: string, page: { limit?:
  * The one answer for a subscription that is not the caller's, REST and MCP alike. Another
  * account's hook reads as missing: ids of other accounts are not confirmed to exist.
  */
-const noSuchHook = (hookId: string) => notFound(`No subscription ${hookId} on this account.`)
+export const noSuchHook = (hookId: string) => notFound(`No subscription ${hookId} on this account.`)
 
 export async function getHook(db: Database, accountId: string, hookId: string): Promise<Hook> {
   if (!isId('hook', hookId)) throw noSuchHook(hookId)

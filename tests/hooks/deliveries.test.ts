@@ -2,16 +2,20 @@ import { describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { Webhook } from 'standardwebhooks'
 import { Value } from '@sinclair/typebox/value'
 import { sql } from 'drizzle-orm'
+import postgres from 'postgres'
 import { EventSchema } from '../../src/messages/schemas.ts'
+import { queryRows } from '../../src/lib/db/client.ts'
 import { startTestServer } from '../support/server.ts'
 import { startReceiver } from '../support/receiver.ts'
 import { authorizeAndRedeem, flowFixture } from '../oauth/support.ts'
 
 setDefaultTimeout(30_000)
 
-// Paths that are down answer 500 until they are put in `up`.
+// Paths that are down answer 500 until they are put in `up`; a held path answers when its release is called.
 const up = new Set<string>()
-const receiver = startReceiver((request) => {
+const held = new Map<string, () => void>()
+const receiver = startReceiver(async (request) => {
+  if (request.path.startsWith('/held')) await new Promise<void>((release) => held.set(request.path, release))
   if (request.path.startsWith('/gone')) return new Response('gone', { status: 410 })
   if (request.path.startsWith('/down') && !up.has(request.path)) return new Response('not today', { status: 500 })
   return new Response(`thanks for ${request.headers['webhook-id']}`)
@@ -122,6 +126,40 @@ describe('POST …/hooks/{hook_id}/test', () => {
     expect((await call(bob, 'POST', `/hooks/${hook.id}/test`)).status).toBe(404)
     expect((await call(alice, 'POST', '/hooks/hook_01m00000000000000000000000/test')).status).toBe(404)
     expect(onPath('/test-theirs')).toHaveLength(0)
+  })
+
+  test('a subscription deleted while its test is in flight is 404, not a server error, and leaves nothing behind', async () => {
+    const hook = await subscribe(alice, '/held-test')
+    const testing = call(alice, 'POST', `/hooks/${hook.id}/test`)
+    for (let tries = 0; tries < 250 && !held.has('/held-test'); tries++) await Bun.sleep(20)
+    expect((await call(alice, 'DELETE', `/hooks/${hook.id}`)).status).toBe(204)
+    held.get('/held-test')!()
+    const answered = await testing
+    expect(answered.status).toBe(404)
+    expect(await json(answered)).toMatchObject({ status: 404, code: 'not_found', detail: `No subscription ${hook.id} on this account.` })
+    const orphans = await queryRows<{ id: string }>(server.database.handle.db, sql`select id from events e where e.account_id = ${alice.accountId} and e.test and not exists (select 1 from deliveries d where d.event_id = e.id)`)
+    expect(orphans).toEqual([])
+  })
+
+  // PostgreSQL only: PGlite runs one transaction at a time, so a delete cannot be open while the test's log is written.
+  test.skipIf(server.database.handle.kind !== 'postgres')('a delete still open when the test is logged: the log waits for it and the test is 404, not a foreign-key failure', async () => {
+    const hook = await subscribe(alice, '/held-test-open-delete')
+    const testing = call(alice, 'POST', `/hooks/${hook.id}/test`)
+    for (let tries = 0; tries < 250 && !held.has('/held-test-open-delete'); tries++) await Bun.sleep(20)
+    const deleter = postgres(server.database.url!, { max: 1, onnotice: () => {} })
+    try {
+      await deleter.begin(async (tx) => {
+        await tx`delete from hooks where id = ${hook.id}`
+        held.get('/held-test-open-delete')!()
+        // Long enough for the test's log statement to begin and wait on the subscription's row.
+        await Bun.sleep(500)
+      })
+    } finally {
+      await deleter.end({ timeout: 5 })
+    }
+    const answered = await testing
+    expect(answered.status).toBe(404)
+    expect(await json(answered)).toMatchObject({ code: 'not_found' })
   })
 })
 
