@@ -128,12 +128,19 @@ describe('POST …/hooks/{hook_id}/test', () => {
     expect(onPath('/test-theirs')).toHaveLength(0)
   })
 
-  test('a subscription deleted while its test is in flight is 404, not a server error, and leaves nothing behind', async () => {
-    const hook = await subscribe(alice, '/held-test')
+  /** Alice's subscription at `path` (a held one) and its test event, once the receiver holds the request. */
+  const testHeldByReceiver = async (path: string) => {
+    const hook = await subscribe(alice, path)
     const testing = call(alice, 'POST', `/hooks/${hook.id}/test`)
-    for (let tries = 0; tries < 250 && !held.has('/held-test'); tries++) await Bun.sleep(20)
+    for (let tries = 0; tries < 250 && !held.has(path); tries++) await Bun.sleep(20)
+    expect(held.has(path)).toBe(true)
+    return { hook, testing, release: held.get(path)! }
+  }
+
+  test('a subscription deleted while its test is in flight is 404, not a server error, and leaves nothing behind', async () => {
+    const { hook, testing, release } = await testHeldByReceiver('/held-test')
     expect((await call(alice, 'DELETE', `/hooks/${hook.id}`)).status).toBe(204)
-    held.get('/held-test')!()
+    release()
     const answered = await testing
     expect(answered.status).toBe(404)
     expect(await json(answered)).toMatchObject({ status: 404, code: 'not_found', detail: `No subscription ${hook.id} on this account.` })
@@ -143,14 +150,12 @@ describe('POST …/hooks/{hook_id}/test', () => {
 
   // PostgreSQL only: PGlite runs one transaction at a time, so a delete cannot be open while the test's log is written.
   test.skipIf(server.database.handle.kind !== 'postgres')('a delete still open when the test is logged: the log waits for it and the test is 404, not a foreign-key failure', async () => {
-    const hook = await subscribe(alice, '/held-test-open-delete')
-    const testing = call(alice, 'POST', `/hooks/${hook.id}/test`)
-    for (let tries = 0; tries < 250 && !held.has('/held-test-open-delete'); tries++) await Bun.sleep(20)
+    const { hook, testing, release } = await testHeldByReceiver('/held-test-open-delete')
     const deleter = postgres(server.database.url!, { max: 1, onnotice: () => {} })
     try {
       await deleter.begin(async (tx) => {
         await tx`delete from hooks where id = ${hook.id}`
-        held.get('/held-test-open-delete')!()
+        release()
         // Long enough for the test's log statement to begin and wait on the subscription's row.
         await Bun.sleep(500)
       })
