@@ -132,8 +132,7 @@ describe('POST …/hooks/{hook_id}/test', () => {
   const testHeldByReceiver = async (path: string) => {
     const hook = await subscribe(alice, path)
     const testing = call(alice, 'POST', `/hooks/${hook.id}/test`)
-    for (let tries = 0; tries < 250 && !held.has(path); tries++) await Bun.sleep(20)
-    expect(held.has(path)).toBe(true)
+    await receiver.waitFor(() => held.has(path), 5_000)
     return { hook, testing, release: held.get(path)! }
   }
 
