@@ -66,6 +66,19 @@ export interface ClaimResult {
   deliveries: ClaimedDelivery[]
   /** The claim looked at as many due subscriptions as it may: more may be due. */
   more: boolean
+  /**
+   * For each subscription the claim found room for that nothing of its own holds back (active,
+   * not suspect, not at its rate limit): when it may have more due than the claim took, how long
+   * the oldest delivery found for it had been due; 0 when the claim took all it had due
+   * (src/delivery/backlog.ts).
+   */
+  backlog: HookBacklog[]
+}
+
+export interface HookBacklog {
+  hookId: string
+  accountId: string
+  waitedMs: number
 }
 
 /** Due subscriptions one claim looks at: enough for its limit (each has room for one at least), within these bounds. */
@@ -149,6 +162,7 @@ export async function claimDueDeliveries(
     event_subscription: boolean
     trace_context: string | null
     visited: number
+    backlog: string
   }
   // No lease taken now or earlier runs past this: a subscription with attempts in flight is due by then
   // at the latest (recording an attempt marks it due at once; this is for a sender that died).
@@ -161,6 +175,9 @@ export async function claimDueDeliveries(
   // A member's rows counted per subscription, as one jsonb object read by key like the allowances.
   const countsPerHook = (member: SQL) =>
     sql`(select coalesce(jsonb_object_agg(x.hook_id, x.n), '{}') from (select hook_id, count(*)::int as n from ${member} group by hook_id) x)`
+  // Per subscription, how long the oldest delivery the claim found for it had been due, in milliseconds.
+  const oldestWaitPerHook = sql`(select coalesce(jsonb_object_agg(x.hook_id, x.ms), '{}') from (
+      select hook_id, floor(extract(epoch from now() - min(next_attempt_at)) * 1000)::int as ms from candidates group by hook_id) x)`
   const accountAllowance = (accountId: SQL) =>
     sql`coalesce((${JSON.stringify(options.accountAllowances)}::jsonb ->> ${accountId})::int, ${options.defaultAccountAllowance})`
   const claim = sql`with
@@ -217,7 +234,7 @@ export async function claimDueDeliveries(
             from held d
           ),
           candidates as (
-            select c.id, r.hook_id, r.account_id, r.due_at, r.held, r.suspect, r.probe,
+            select c.id, c.next_attempt_at, r.hook_id, r.account_id, r.due_at, r.held, r.suspect, r.probe,
                    row_number() over (partition by r.hook_id order by c.next_attempt_at, c.id) as place
             from rooms r
             cross join lateral (
@@ -293,8 +310,22 @@ export async function claimDueDeliveries(
           rescheduled as (
             update hook_queues q set due_at = n.due_at from next_due n
             where q.hook_id = n.hook_id and q.xmin = n.seen
+          ),
+          backlog as (
+            -- A subscription that may have more due than it got (the condition next_due reschedules it now on) reports
+            -- how long the oldest of the deliveries found for it had been due: the wait of the head of its line. One
+            -- the claim emptied reports 0; one with no room reports nothing (what was last reported stands).
+            select t.hook_id, t.account_id,
+                   case when t.candidate_count >= least(t.room, ${options.limit}) or t.picked_count < t.candidate_count
+                     then coalesce((${oldestWaitPerHook} ->> t.hook_id)::int, 0) else 0 end as waited_ms
+            from tallied t
+            where t.servable and not t.suspect and t.room > 0
+              and (t.rate_limit_per_s is null
+                   or case when t.rate_window_started_at = date_trunc('second', now()) then t.rate_window_count else 0 end + t.picked_count < t.rate_limit_per_s)
           )
-          select l.*, (select count(*)::int from due) as visited from (select 1) v left join leased l on true`
+          select l.*, (select count(*)::int from due) as visited,
+                 (select coalesce(jsonb_agg(jsonb_build_array(b.hook_id, b.account_id, coalesce(b.waited_ms, 0))), '[]')::text from backlog b) as backlog
+          from (select 1) v left join leased l on true`
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the
   // statement needs no lock and no transaction around it (on PGlite each statement costs ~0.4 ms).
   const rows = sender.sole
@@ -326,6 +357,7 @@ export async function claimDueDeliveries(
         traceContext: row.trace_context,
       })),
     more: visited >= scan,
+    backlog: (JSON.parse(rows[0]?.backlog ?? '[]') as [string, string, number][]).map(([hookId, accountId, waitedMs]) => ({ hookId, accountId, waitedMs })),
   }
 }
 

@@ -47,7 +47,7 @@ function memoryStore(due: ClaimedDelivery[]) {
         picked.push(item)
         due.splice(due.indexOf(item), 1)
       }
-      return { deliveries: picked, more: false }
+      return { deliveries: picked, more: false, backlog: [] }
     },
     async record(attempts) {
       // As long as a database round trip: attempts that finish meanwhile wait for the next batch.

@@ -9,7 +9,7 @@ import type { Server } from 'bun'
 import { startTestServer } from '../support/server.ts'
 import { makeCertificates } from '../../fixtures/tls.ts'
 import { deliveries, hooks } from '../../src/lib/db/schema.ts'
-import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS, claimDueDeliveries, recordDeliveryAttempts } from '../../src/delivery/store.ts'
+import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS, claimDueDeliveries, recordDeliveryAttempts, type HookBacklog } from '../../src/delivery/store.ts'
 import { KEYED_PLAN_SETTINGS } from '../../src/lib/db/keyed-plans.ts'
 import { explainedConnection, isSuperuser, nodesOf, type PlanNode } from '../support/plans.ts'
 import { decideAfterAttempt, type DeliveryDecision } from '../../src/delivery/policy.ts'
@@ -408,6 +408,46 @@ describe('flow control in the claim', () => {
     await db.update(hooks).set({ throttledUntil: new Date(Date.now() - 1000) }).where(eq(hooks.id, a))
     await markHooksDueUnlessHeld(db, [a])
     expect(count(await claim({ [a]: 10 }), a)).toBe(4)
+  })
+})
+
+describe("the claim's backlog report (src/delivery/backlog.ts)", () => {
+  const setAsideOthers = () => db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
+  const claim = (allowances: Record<string, number>, limit = 100) =>
+    claimDueDeliveries(db, { limit, leaseMs: 60_000, allowances, defaultAllowance: 1, maxPerHook: 64, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })
+  const reportOf = (claimed: { backlog: HookBacklog[] }, hookId: string) => claimed.backlog.find((entry) => entry.hookId === hookId)
+  // The subscription's pending deliveries fell due `ms` ago.
+  const dueAgo = (hookId: string, ms: number) =>
+    db.execute(sql`update deliveries set next_attempt_at = now() - make_interval(secs => ${ms / 1000}) where hook_id = ${hookId} and status = 'pending'`)
+
+  test('a subscription the claim may leave deliveries of reports how long the oldest it found had been due; one it empties reports 0', async () => {
+    await setAsideOthers()
+    const { owner, hook } = await eventFor('/backlog-report')
+    await moreEvents(owner, 4)
+    await dueAgo(hook.id, 3_000)
+    const first = await claim({ [hook.id]: 2 })
+    expect(first.deliveries.filter((delivery) => delivery.hookId === hook.id)).toHaveLength(2)
+    expect(reportOf(first, hook.id)).toEqual({ hookId: hook.id, accountId: owner.accountId, waitedMs: expect.any(Number) })
+    expect(reportOf(first, hook.id)!.waitedMs).toBeGreaterThanOrEqual(3_000)
+    expect(reportOf(first, hook.id)!.waitedMs).toBeLessThan(60_000)
+    await markHooksDueUnlessHeld(db, [hook.id])
+    const rest = await claim({ [hook.id]: 10 })
+    expect(rest.deliveries.filter((delivery) => delivery.hookId === hook.id)).toHaveLength(3)
+    expect(reportOf(rest, hook.id)).toEqual({ hookId: hook.id, accountId: owner.accountId, waitedMs: 0 })
+  })
+
+  test('a suspect subscription, or one held back by its rate limit, is not reported: its backlog is its receiver\'s pace', async () => {
+    await setAsideOthers()
+    const suspect = await eventFor('/backlog-suspect')
+    const limited = await eventFor('/backlog-limited')
+    await Promise.all([moreEvents(suspect.owner, 3), moreEvents(limited.owner, 3)])
+    await Promise.all([dueAgo(suspect.hook.id, 3_000), dueAgo(limited.hook.id, 3_000)])
+    await db.update(hooks).set({ consecutiveFailures: 1 }).where(eq(hooks.id, suspect.hook.id))
+    await db.update(hooks).set({ rateLimitPerS: 1 }).where(eq(hooks.id, limited.hook.id))
+    const claimed = await claim({ [suspect.hook.id]: 1, [limited.hook.id]: 10 })
+    expect(claimed.deliveries.map((delivery) => delivery.hookId).sort()).toEqual([suspect.hook.id, limited.hook.id].sort())
+    expect(reportOf(claimed, suspect.hook.id)).toBeUndefined()
+    expect(reportOf(claimed, limited.hook.id)).toBeUndefined()
   })
 })
 
