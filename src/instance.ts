@@ -19,6 +19,7 @@ import { createAccountReader } from './accounts/account-cache.ts'
 import { createApiKeyAuthenticator, newApiKeyCache } from './auth/authenticator.ts'
 import { createBearerAuthenticator } from './auth/bearer.ts'
 import { sandboxCarrier } from './messages/carrier.ts'
+import { createAdmission } from './messages/admission.ts'
 import { MESSAGE_WRITES, createMessageSettler, createMessageStorer, startQueuedCatchUp, type MessageDeps } from './messages/service.ts'
 import { prepareActiveKeyLookup } from './auth/api-keys.ts'
 import { createSecretBox, resolveEncryptionKey, type SecretBox } from './lib/security/secret-box.ts'
@@ -144,7 +145,9 @@ export async function createInstance(options: {
     worker?.wake()
     notifier?.committed()
   }
-  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, storeMessage: createMessageStorer(handle.db, MESSAGE_WRITES[handle.kind]), settleMessage: createMessageSettler(handle.keyedDb, MESSAGE_WRITES[handle.kind]), deliveriesQueued, tracing }
+  // Fed by this process's delivery worker: a process that delivers no webhooks never holds messages.
+  const admission = createAdmission({ holdMs: config.messageHoldMs, onHeld: (waitedMs, accepted) => metrics?.delivery.messageHeld(waitedMs / 1000, accepted) })
+  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, storeMessage: createMessageStorer(handle.db, MESSAGE_WRITES[handle.kind]), settleMessage: createMessageSettler(handle.keyedDb, MESSAGE_WRITES[handle.kind]), deliveriesQueued, admission, tracing }
   const app = createApp({
     config,
     db: handle.db,
@@ -164,7 +167,15 @@ export async function createInstance(options: {
     config.metricsPort === undefined
       ? undefined
       : createMetrics({ handle, routes: app.routes, pools: handle.kind === 'postgres' ? { api: POOL_SIZES.api, keyed: POOL_SIZES.keyed, ...(options.deliverWebhooks ? { worker: POOL_SIZES.worker } : {}) } : undefined })
-  const worker = options.deliverWebhooks ? startDeliveryWorker({ config, handle, encryptionKey, logger, metrics: metrics?.delivery }) : undefined
+  const worker = options.deliverWebhooks
+    ? startDeliveryWorker({
+        config, handle, encryptionKey, logger, metrics: metrics?.delivery,
+        onBehind(accounts) {
+          admission.setBehind(accounts)
+          metrics?.delivery.accountsBehind(accounts.length)
+        },
+      })
+    : undefined
   const successorErasure = startSuccessorErasure({ db: handle.db, graceSeconds: config.oauthRefreshGraceSeconds, logger })
   const eventRetention = startEventRetention({ db: handle.db, retentionDays: config.eventRetentionDays, logger })
   const closingSweep = startClosingSweep({ db: handle.db, logger })

@@ -15,4 +15,8 @@ export interface DeliveryMetrics {
   attempts(outcomes: OutcomeCounts, inFlight: number, claimSeconds?: readonly number[]): void
   /** The worker thread ended without being asked to and is started again. */
   workerRestarted(): void
+  /** How many accounts are behind now (src/delivery/backlog.ts). */
+  accountsBehind(count: number): void
+  /** A POST …/messages was held this long while its account was behind, then accepted or refused (src/messages/admission.ts). */
+  messageHeld(seconds: number, accepted: boolean): void
 }

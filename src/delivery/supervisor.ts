@@ -3,6 +3,7 @@ import type { DatabaseHandle } from '../lib/db/client.ts'
 import type { Logger, LogFields } from '../lib/runtime/logger.ts'
 import type { TracingSettings } from '../lib/runtime/tracing-settings.ts'
 import type { FlowSettings } from './flow-control.ts'
+import type { BacklogSettings } from './backlog.ts'
 import type { DeliveryMetrics, OutcomeCounts } from './outcomes.ts'
 import { pgliteNamedStatement } from '../lib/db/pglite-named.ts'
 import { claimDueDeliveries, recordDeliveryAttempts, type ClaimOptions, type RecordedAttempt } from './store.ts'
@@ -13,6 +14,10 @@ export const INITIAL_WINDOW = 4
 // Retries fall due without a commit to announce them; this bounds how late they are noticed.
 const POLL_MS = 1000
 const RESTART_DELAY_MS = 1000
+/** A receiver whose last attempt succeeded within this long answers quickly: its backlog is ours (src/delivery/backlog.ts). */
+const QUICK_ANSWER_MS = 250
+// A claim looks at a backlogged subscription every few milliseconds; a report older than this is another process's to make.
+const BACKLOG_FORGET_AFTER_MS = 1000
 
 /** What the worker thread is started with. Plain data: it is posted to the thread. */
 export interface WorkerSettings {
@@ -34,6 +39,8 @@ export interface WorkerSettings {
   logAttempts: boolean
   /** OpenTelemetry (docs/operations.md#traces): the thread exports its attempts' spans with a provider of its own. Unset: off. */
   tracing: TracingSettings | undefined
+  /** When an account's deliveries count as behind (src/delivery/backlog.ts). */
+  backlog: BacklogSettings
 }
 
 export type ToWorker =
@@ -51,6 +58,8 @@ export type FromWorker =
   | { type: 'attempts'; lines: LogFields[] }
   /** Attempts ended since the last report by outcome (OUTCOMES order) and sends in flight now: at most one message per 50 ms. */
   | { type: 'metrics'; outcomes: OutcomeCounts; inFlight: number; claimSeconds: number[] }
+  /** The accounts whose deliveries are behind (src/delivery/backlog.ts), sent when the set changes. */
+  | { type: 'behind'; accounts: string[] }
   | { type: 'stopped' }
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -84,6 +93,8 @@ export function startDeliveryWorker(options: {
   metrics?: DeliveryMetrics
   /** The thread's module: src/delivery/worker.ts, or a wrapper of it (tests make it die). */
   workerUrl?: string
+  /** The accounts whose deliveries are behind, each time the set changes (src/delivery/backlog.ts). */
+  onBehind?(accounts: string[]): void
 }): DeliveryWorker {
   const workerUrl = options.workerUrl ?? new URL('./worker.ts', import.meta.url).href
   const { config, handle, logger } = options
@@ -102,6 +113,7 @@ export function startDeliveryWorker(options: {
     logClaims: logger.isEnabled('debug'),
     logAttempts: logger.isEnabled('info'),
     tracing: config.tracing,
+    backlog: { limitMs: config.webhookBacklogLimitMs, quickAnswerMs: QUICK_ANSWER_MS, forgetAfterMs: BACKLOG_FORGET_AFTER_MS },
   }
   // The claim is most of PGlite's time for deliveries; by name it is planned once (src/lib/db/pglite-named.ts).
   const namedClaim = handle.pglite ? pgliteNamedStatement(handle.pglite, 'delivery_claim', KEYED_PLAN_SETTINGS) : undefined
@@ -127,11 +139,14 @@ export function startDeliveryWorker(options: {
       else if (message.type === 'log') logger[message.level](message.message, message.fields)
       else if (message.type === 'attempts') for (const fields of message.lines) logger.info('delivery attempt', fields)
       else if (message.type === 'metrics') options.metrics?.attempts(message.outcomes, message.inFlight, message.claimSeconds)
+      else if (message.type === 'behind') options.onBehind?.(message.accounts)
       else if (message.type === 'stopped') stopped?.()
     })
     worker.addEventListener('error', (event) => logger.error('the delivery worker failed', { error: event.message }))
     worker.addEventListener('close', () => {
       if (stopping) return stopped?.()
+      // What it reported died with it: the thread started again reports afresh.
+      options.onBehind?.([])
       logger.error('the delivery worker stopped; starting it again', { in_ms: RESTART_DELAY_MS })
       options.metrics?.workerRestarted()
       restartTimer = setTimeout(spawn, RESTART_DELAY_MS)

@@ -13,6 +13,7 @@ import { DELIVERIES_CHANNEL, claimDueDeliveries, recordDeliveryAttempts, type Cl
 import { KEYED_PLAN_SETTINGS } from '../lib/db/keyed-plans.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './supervisor.ts'
 import { OUTCOME_INDEX, type OutcomeCounts } from './outcomes.ts'
+import { createBacklogTracker } from './backlog.ts'
 
 const post = (message: FromWorker) => postMessage(message)
 const log = (level: 'debug' | 'info' | 'warn' | 'error', message: string, fields?: LogFields) => post({ type: 'log', level, message, fields })
@@ -20,6 +21,7 @@ const log = (level: 'debug' | 'info' | 'warn' | 'error', message: string, fields
 let dispatcher: Dispatcher | undefined
 let tracing: Tracing | undefined
 let flushAttemptLogs = () => {}
+let backlogTimer: ReturnType<typeof setInterval> | undefined
 let closeDatabase: () => Promise<void> = async () => {}
 let closeDestinations: () => Promise<void> = async () => {}
 const pendingCalls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>()
@@ -96,16 +98,26 @@ async function start(settings: WorkerSettings) {
   const attemptTraces = new Map<ClaimedDelivery, AttemptTraceFields>()
   const wake = () => dispatcher?.wake()
   const database = settings.databaseUrl ? await postgresStore(settings.databaseUrl, wake) : proxiedStore()
-  const store: DeliveryStore = settings.logClaims
-    ? {
-        async claim(options) {
-          const claimed = await database.claim(options)
-          if (claimed.deliveries.length > 0) log('debug', 'claimed deliveries', { count: claimed.deliveries.length })
-          return claimed
-        },
-        record: database.record,
-      }
-    : database
+  // The accounts whose deliveries are behind go to the API thread when they change (src/messages/admission.ts).
+  const backlog = createBacklogTracker(settings.backlog)
+  let behind: string[] = []
+  const reportBehind = () => {
+    const now = backlog.behindAccounts()
+    if (now.length === behind.length && now.every((accountId, index) => accountId === behind[index])) return
+    behind = now
+    post({ type: 'behind', accounts: now })
+  }
+  backlogTimer = setInterval(reportBehind, settings.backlog.forgetAfterMs)
+  const store: DeliveryStore = {
+    async claim(options) {
+      const claimed = await database.claim(options)
+      if (settings.logClaims && claimed.deliveries.length > 0) log('debug', 'claimed deliveries', { count: claimed.deliveries.length })
+      backlog.report(claimed.backlog)
+      reportBehind()
+      return claimed
+    },
+    record: database.record,
+  }
   const destinations = createDestinations({ timeoutMs: settings.timeoutMs, allowPrivate: settings.allowPrivate, ca: settings.ca })
   closeDestinations = () => destinations.close()
   const send = async (delivery: ClaimedDelivery): Promise<AttemptResult> => {
@@ -176,6 +188,7 @@ async function start(settings: WorkerSettings) {
       countsTimer ??= setTimeout(flushCounts, 50)
     },
     onAttempt: (delivery, { result, decision }) => {
+      backlog.answered(delivery.hookId, result)
       outcomes[OUTCOME_INDEX[decision.kind]]! += 1
       countsTimer ??= setTimeout(flushCounts, 50)
       if (settings.logAttempts) {
@@ -202,6 +215,7 @@ async function start(settings: WorkerSettings) {
 }
 
 async function stop() {
+  clearInterval(backlogTimer)
   await dispatcher?.stop()
   await closeDestinations()
   flushAttemptLogs()

@@ -20,6 +20,8 @@ const EnvSchema = t.Object({
   WEBHOOK_CA_FILE: t.Optional(t.String({ minLength: 1 })),
   WEBHOOK_CONCURRENCY: t.Integer({ minimum: 1, maximum: 4096, default: 256 }),
   WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: t.Integer({ minimum: 1, maximum: 1024, default: 64 }),
+  WEBHOOK_BACKLOG_LIMIT_MS: t.Integer({ minimum: 0, maximum: 600_000, default: 100 }),
+  MESSAGE_HOLD_MS: t.Integer({ minimum: 0, maximum: 30_000, default: 2000 }),
   HOOKS_PER_ACCOUNT: t.Integer({ minimum: 1, maximum: 10_000, default: 100 }),
   EVENT_RETENTION_DAYS: t.Integer({ minimum: 7, maximum: 3650, default: 30 }),
   MCP_ALLOWED_ORIGINS: t.Optional(t.String()),
@@ -56,6 +58,13 @@ export interface Config {
   webhookConcurrency: number
   /** The most deliveries of one subscription in flight at once, across every process; its adaptive window stays below. */
   webhookMaxInFlightPerSubscription: number
+  /**
+   * An account whose deliveries to a quickly answering subscription have waited longer than this
+   * is behind, and its new messages are held (docs/webhooks.md#when-deliveries-fall-behind); 0: never.
+   */
+  webhookBacklogLimitMs: number
+  /** The longest a POST …/messages is held while its account is behind, before a 429 deliveries_behind. */
+  messageHoldMs: number
   /** Webhook subscriptions one account may hold. */
   hooksPerAccount: number
   /** Events (with their deliveries and attempt logs) older than this many days are deleted. */
@@ -105,6 +114,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     webhookCaPem: parsed.WEBHOOK_CA_FILE === undefined ? undefined : readCaFile(parsed.WEBHOOK_CA_FILE),
     webhookConcurrency: parsed.WEBHOOK_CONCURRENCY,
     webhookMaxInFlightPerSubscription: parsed.WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION,
+    webhookBacklogLimitMs: parsed.WEBHOOK_BACKLOG_LIMIT_MS,
+    messageHoldMs: parsed.MESSAGE_HOLD_MS,
     hooksPerAccount: parsed.HOOKS_PER_ACCOUNT,
     eventRetentionDays: parsed.EVENT_RETENTION_DAYS,
     mcpAllowedOrigins: parseOrigins(parsed.MCP_ALLOWED_ORIGINS ?? ''),

@@ -12,6 +12,7 @@ import { SpanKind } from '@opentelemetry/api'
 import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { EventType } from './event-types.ts'
 import type { Carrier } from './carrier.ts'
+import type { Admission } from './admission.ts'
 import { buildEvent, storeEventsAndDeliveries, type EventPayload } from './outbox.ts'
 import { sentMessageRollups } from '../stats/rollups.ts'
 import type { MessageSchema } from './schemas.ts'
@@ -29,6 +30,8 @@ export interface MessageDeps {
   settleMessage: MessageSettler
   /** Called after a commit that queued deliveries: wakes this process's delivery worker. */
   deliveriesQueued(): void
+  /** Holds an account's new messages while its deliveries are behind (src/messages/admission.ts). */
+  admission: Admission
   /** Set when traces are on (docs/operations.md#traces): accepting, dispatching and settling are spans of the request's trace. */
   tracing?: Tracing
 }
@@ -81,11 +84,15 @@ export function createMessageStorer(db: Database, writes: MessageWrites = MESSAG
   return batcher.submit
 }
 
-/** Accepts an outbound message; the carrier's outcome is recorded by `dispatchMessage`. */
-export async function acceptMessage(deps: Pick<MessageDeps, 'storeMessage' | 'tracing'>, accountId: string, input: { to: string; body: string }): Promise<Message> {
-  const now = new Date()
+/**
+ * Accepts an outbound message once its account may send (src/messages/admission.ts: held while
+ * its webhook deliveries are behind); the carrier's outcome is recorded by `dispatchMessage`.
+ */
+export async function acceptMessage(deps: Pick<MessageDeps, 'storeMessage' | 'admission' | 'tracing'>, accountId: string, input: { to: string; body: string }): Promise<Message> {
   const id = newId('msg')
   return inSpan(deps.tracing, 'message accept', { attributes: { 'app.account.id': accountId, 'app.message.id': id } }, async (span) => {
+    await deps.admission.admit(accountId)
+    const now = new Date()
     const message: Message = {
       id, accountId, direction: 'outbound', contact: input.to, body: input.body, status: 'queued', error: null, createdAt: now, updatedAt: now,
       // Stored with the message: its dispatch continues this trace even in another process, after a restart.

@@ -167,6 +167,14 @@ export const PROBLEM_CODES: readonly ErrorCatalogEntry[] = [
     todo: 'Wait the number of seconds in Retry-After before trying again. With an API key or a token, keep within the RateLimit-Policy header and watch the RateLimit header (requests left, seconds until the full burst is back).',
   },
   {
+    code: 'deliveries_behind',
+    status: '429',
+    title: 'Webhook deliveries behind',
+    happened:
+      'POST …/messages waited (MESSAGE_HOLD_MS, 2 s by default) because the service was behind with your webhook deliveries to a subscription that answers quickly, and it was still behind: the message was not accepted. See docs/webhooks.md#when-deliveries-fall-behind.',
+    todo: 'Send the message again after the seconds in Retry-After: it was not accepted, so sending it again makes no duplicate. Sending fewer messages at once (fewer requests outstanding) keeps requests from being held.',
+  },
+  {
     code: 'internal_error',
     status: '500',
     title: 'Something went wrong on our side',

@@ -171,6 +171,14 @@ export function createMetrics(options: {
     buckets: [...DURATION_BUCKETS],
     registers: [registry],
   })
+  const behind = new Gauge({ name: 'messaging_webhook_accounts_behind', help: "Accounts whose deliveries this process's worker is behind with (docs/webhooks.md#when-deliveries-fall-behind).", registers: [registry] })
+  const held = new Histogram({
+    name: 'messaging_message_hold_duration_seconds',
+    help: 'How long POST …/messages requests were held while their account was behind, by how they ended (accepted, or refused with 429 deliveries_behind).',
+    labelNames: ['outcome'],
+    buckets: [...DURATION_BUCKETS],
+    registers: [registry],
+  })
   const openCircuits = new Gauge({ name: 'messaging_webhook_open_circuits', help: 'Subscriptions whose circuit breaker is open (every process; read from the database at scrape).', registers: [registry] })
   const waitingBehindCircuits = new Gauge({
     name: 'messaging_webhook_deliveries_behind_open_circuits',
@@ -224,6 +232,8 @@ export function createMetrics(options: {
         // The thread that died had these in flight; their leases bring them back.
         inFlight.set(0)
       },
+      accountsBehind: (count) => behind.set(count),
+      messageHeld: (seconds, accepted) => held.observe({ outcome: accepted ? 'accepted' : 'refused' }, seconds),
     },
     contentType: registry.contentType,
     async render() {

@@ -36,7 +36,7 @@ const PROBLEM_RESPONSES: Record<string, { name: string; description: string; hea
   '413': { name: 'PayloadTooLarge', description: 'The body is over 1 MB.' },
   '415': { name: 'UnsupportedMediaType', description: 'The body is not `application/json`.' },
   '422': { name: 'ValidationFailed', description: 'A body or parameter breaks the schema (`validation_failed`, each field in `errors`), or an `Idempotency-Key` was reused with another request (`idempotency_key_reused`).' },
-  '429': { name: 'RateLimited', description: 'Too many requests: wait `Retry-After` seconds.', headers: ['Retry-After', 'RateLimit-Policy', 'RateLimit'] },
+  '429': { name: 'RateLimited', description: 'Too many requests (`rate_limited`), or, sending a message, your webhook deliveries stayed behind while it was held (`deliveries_behind`, not accepted): wait `Retry-After` seconds.', headers: ['Retry-After', 'RateLimit-Policy', 'RateLimit'] },
   '500': { name: 'InternalError', description: 'Our failure, logged with the request id. Retry later; quote `request_id` if it persists.' },
   '503': { name: 'ServiceUnavailable', description: 'The database is unreachable right now (`database_unavailable`): retry after `Retry-After`.', headers: ['Retry-After'] },
 }

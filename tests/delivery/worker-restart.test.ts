@@ -45,7 +45,7 @@ describe('the delivery worker thread dies', () => {
       let restarts = 0
       let delivered = 0
       const worker = startDeliveryWorker({
-        metrics: { attempts: (outcomes) => (delivered += outcomes[0]), workerRestarted: () => restarts++ },
+        metrics: { attempts: (outcomes) => (delivered += outcomes[0]), workerRestarted: () => restarts++, accountsBehind: () => {}, messageHeld: () => {} },
         config: server.config,
         handle: server.database.handle,
         encryptionKey: server.config.encryptionKey!,

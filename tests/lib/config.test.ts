@@ -22,6 +22,8 @@ describe('loadConfig', () => {
       webhookCaPem: undefined,
       webhookConcurrency: 256,
       webhookMaxInFlightPerSubscription: 64,
+      webhookBacklogLimitMs: 100,
+      messageHoldMs: 2000,
       hooksPerAccount: 100,
       eventRetentionDays: 30,
       mcpAllowedOrigins: [],

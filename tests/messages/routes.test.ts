@@ -5,6 +5,7 @@ import { deliveries, events, messages } from '../../src/lib/db/schema.ts'
 import { createLogger } from '../../src/lib/runtime/logger.ts'
 import { isId } from '../../src/lib/db/ids.ts'
 import { sandboxCarrier } from '../../src/messages/carrier.ts'
+import { createAdmission } from '../../src/messages/admission.ts'
 import { acceptMessage, createMessageSettler, createMessageStorer, dispatchStaleQueuedMessages } from '../../src/messages/service.ts'
 import { authorizeAndRedeem, flowFixture } from '../oauth/support.ts'
 
@@ -174,10 +175,11 @@ describe('a process stopped between accepting and dispatching', () => {
   test('messages left queued are dispatched at the next start, with their events', async () => {
     const owner = await server.createAccountWithKey('Crashed')
     const storeMessage = createMessageStorer(db)
-    const stranded = await acceptMessage({ storeMessage }, owner.accountId, { to: '+14155550127', body: 'left behind' })
+    const admission = createAdmission({ holdMs: 0 })
+    const stranded = await acceptMessage({ storeMessage, admission }, owner.accountId, { to: '+14155550127', body: 'left behind' })
     await db.update(messages).set({ createdAt: sql`now() - interval '5 minutes'` }).where(eq(messages.id, stranded.id))
-    const fresh = await acceptMessage({ storeMessage }, owner.accountId, { to: '+14155550128', body: 'still being sent' })
-    const count = await dispatchStaleQueuedMessages({ db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage: createMessageSettler(db), deliveriesQueued: () => {} })
+    const fresh = await acceptMessage({ storeMessage, admission }, owner.accountId, { to: '+14155550128', body: 'still being sent' })
+    const count = await dispatchStaleQueuedMessages({ db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage: createMessageSettler(db), deliveriesQueued: () => {}, admission })
     expect(count).toBeGreaterThanOrEqual(1)
     const [after] = await db.select().from(messages).where(eq(messages.id, stranded.id))
     expect(after!.status).toBe('delivered')

@@ -122,6 +122,15 @@ export const databaseUnavailable = () =>
     headers: { 'retry-after': String(DATABASE_RETRY_AFTER_SECONDS) },
   })
 
+/**
+ * A message held while its account's webhook deliveries were behind, for longer than the hold
+ * (src/messages/admission.ts): not accepted, to be sent again after Retry-After.
+ */
+export const deliveriesBehind = (retryAfterSeconds: number) =>
+  new ApiError(429, 'deliveries_behind', 'Your webhook deliveries are behind and stayed behind while this request waited; the message was not accepted. Send it again after the delay in Retry-After.', {
+    headers: { 'retry-after': String(retryAfterSeconds) },
+  })
+
 /** The one answer to a failure of ours: the request id to quote, never the cause. */
 export const internalError = (requestId: string) =>
   new ApiError(500, 'internal_error', `Something went wrong on our side. Quote ${requestId} when reporting it.`)
