@@ -21,7 +21,8 @@
  * Scenarios (--scenario):
  *   basic   one subscription, closed loop for --seconds (deliveries/s, target ≥ 4,000, PGlite 500; CPU per
  *           delivery, server and PostgreSQL together, target ≤ 400 µs; whether the worker keeps up with the API:
- *           deliveries/s ÷ messages accepted/s, target ≥ 0.95); the same offered at 80 % of that closed loop's
+ *           deliveries/s ÷ messages accepted/s, target ≥ 0.95; and deliveries/s until the last POST was answered,
+ *           without the drain after it); the same offered at 80 % of that closed loop's
  *           deliveries/s for --seconds (p99 ≤ 300 ms); at --rate-one/s offered (PGlite 500) for --seconds (p99 < 250 ms); fairness:
  *           one account with a subscription answering after --slow-ms and a healthy one, --fair-rate/s
  *           for --fair-seconds (healthy p99 < 100 ms). About a minute.
