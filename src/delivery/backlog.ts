@@ -31,23 +31,32 @@ export interface HookAnswer {
 }
 
 export function createBacklogTracker(settings: BacklogSettings, now: () => number = () => performance.now()) {
-  // Per subscription: since when (a `now()` reading) its oldest waiting delivery has been due, and when that was reported.
-  const waiting = new Map<string, { accountId: string; dueSince: number; reportedAt: number }>()
-  const quick = new Map<string, boolean>()
+  // Per subscription (times are `now()` readings): from the last claim that reported it, since when its oldest
+  // waiting delivery has been due (undefined: none waits); from its last answer, whether it was quick.
+  const hooks = new Map<string, { accountId?: string; dueSince?: number; reportedAt: number; quick: boolean; answeredAt: number }>()
+  const entry = (hookId: string) => {
+    let found = hooks.get(hookId)
+    if (!found) hooks.set(hookId, (found = { reportedAt: -Infinity, quick: false, answeredAt: -Infinity }))
+    return found
+  }
 
   return {
     /** What one claim saw. */
     report(backlog: readonly HookBacklog[]) {
       const at = now()
       for (const { hookId, accountId, waitedMs } of backlog) {
-        if (waitedMs > 0) waiting.set(hookId, { accountId, dueSince: at - waitedMs, reportedAt: at })
-        else waiting.delete(hookId)
+        const hook = entry(hookId)
+        hook.accountId = accountId
+        hook.dueSince = waitedMs > 0 ? at - waitedMs : undefined
+        hook.reportedAt = at
       }
     },
 
     /** A subscription's attempt ended: whether its receiver answers quickly follows its last answer. */
     answered(hookId: string, answer: HookAnswer) {
-      quick.set(hookId, answer.ok && answer.durationMs <= settings.quickAnswerMs)
+      const hook = entry(hookId)
+      hook.quick = answer.ok && answer.durationMs <= settings.quickAnswerMs
+      hook.answeredAt = now()
     },
 
     /** The accounts behind now, sorted. */
@@ -55,13 +64,11 @@ export function createBacklogTracker(settings: BacklogSettings, now: () => numbe
       if (settings.limitMs <= 0) return []
       const at = now()
       const accounts = new Set<string>()
-      for (const [hookId, entry] of waiting) {
-        if (at - entry.reportedAt > settings.forgetAfterMs) {
-          waiting.delete(hookId)
-          quick.delete(hookId)
-        } else if (quick.get(hookId) === true && at - entry.dueSince > settings.limitMs) accounts.add(entry.accountId)
+      for (const [hookId, hook] of hooks) {
+        const reported = at - hook.reportedAt <= settings.forgetAfterMs
+        if (!reported && at - hook.answeredAt > settings.forgetAfterMs) hooks.delete(hookId)
+        else if (reported && hook.quick && hook.dueSince !== undefined && at - hook.dueSince > settings.limitMs) accounts.add(hook.accountId!)
       }
-      for (const hookId of quick.keys()) if (!waiting.has(hookId)) quick.delete(hookId)
       return [...accounts].sort()
     },
   }

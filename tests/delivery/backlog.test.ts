@@ -38,6 +38,16 @@ describe('which accounts are behind', () => {
     expect(backlog.behindAccounts()).toEqual(['acc_a'])
   })
 
+  test('a quick answer heard while nothing waited still counts when a later claim finds a backlog', () => {
+    const { backlog, advance } = tracker()
+    backlog.answered('hook_a', quick)
+    backlog.report([{ hookId: 'hook_a', accountId: 'acc_a', waitedMs: 0 }])
+    expect(backlog.behindAccounts()).toEqual([])
+    advance(10)
+    backlog.report([{ hookId: 'hook_a', accountId: 'acc_a', waitedMs: 300 }])
+    expect(backlog.behindAccounts()).toEqual(['acc_a'])
+  })
+
   test('a report no claim repeats is forgotten (another process may have drained it); each account is named once', () => {
     const { backlog, advance } = tracker()
     for (const hookId of ['hook_a', 'hook_b', 'hook_c']) backlog.answered(hookId, quick)
