@@ -172,12 +172,9 @@ export async function claimDueDeliveries(
   // scan below may pass over hundreds of subscriptions with no room before it finds one with some.
   const allowance = (hookId: SQL, accountId: SQL) =>
     sql`coalesce((${JSON.stringify(options.allowances)}::jsonb ->> ${hookId})::int, (${JSON.stringify(options.accountNewcomerAllowances ?? {})}::jsonb ->> ${accountId})::int, ${options.defaultAllowance})`
-  // A member's rows counted per subscription, as one jsonb object read by key like the allowances.
-  const countsPerHook = (member: SQL) =>
-    sql`(select coalesce(jsonb_object_agg(x.hook_id, x.n), '{}') from (select hook_id, count(*)::int as n from ${member} group by hook_id) x)`
-  // Per subscription, how long the oldest delivery the claim found for it had been due, in milliseconds.
-  const oldestWaitPerHook = sql`(select coalesce(jsonb_object_agg(x.hook_id, x.ms), '{}') from (
-      select hook_id, floor(extract(epoch from now() - min(next_attempt_at)) * 1000)::int as ms from candidates group by hook_id) x)`
+  // An aggregate of a member's rows per subscription, as one jsonb object read by key like the allowances.
+  const perHook = (aggregate: SQL, member: SQL) =>
+    sql`(select coalesce(jsonb_object_agg(x.hook_id, x.v), '{}') from (select hook_id, ${aggregate} as v from ${member} group by hook_id) x)`
   const accountAllowance = (accountId: SQL) =>
     sql`coalesce((${JSON.stringify(options.accountAllowances)}::jsonb ->> ${accountId})::int, ${options.defaultAccountAllowance})`
   const claim = sql`with
@@ -282,10 +279,21 @@ export async function claimDueDeliveries(
                       case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext,
                       picked.suspect, picked.probe, h.grant_id is not null as event_subscription, e.trace_context
           ),
-          tallied as materialized (
-            select r.*, coalesce((${countsPerHook(sql`candidates`)} ->> r.hook_id)::int, 0) as candidate_count,
-                        coalesce((${countsPerHook(sql`picked`)} ->> r.hook_id)::int, 0) as picked_count
+          counted as materialized (
+            select r.*, coalesce((${perHook(sql`count(*)::int`, sql`candidates`)} ->> r.hook_id)::int, 0) as candidate_count,
+                        coalesce((${perHook(sql`count(*)::int`, sql`picked`)} ->> r.hook_id)::int, 0) as picked_count,
+                        -- How long the oldest delivery found for it had been due, in milliseconds.
+                        (${perHook(sql`floor(extract(epoch from now() - min(next_attempt_at)) * 1000)::int`, sql`candidates`)} ->> r.hook_id)::int as oldest_wait_ms
             from rooms r
+          ),
+          tallied as materialized (
+            select c.*,
+                   -- It may have more due than it got: the claim found as many as it could take, or took fewer than it found.
+                   c.candidate_count >= least(c.room, ${options.limit}) or c.picked_count < c.candidate_count as more_due,
+                   c.rate_limit_per_s is not null
+                     and case when c.rate_window_started_at = date_trunc('second', now()) then c.rate_window_count else 0 end + c.picked_count >= c.rate_limit_per_s
+                     as at_rate_limit
+            from counted c
           ),
           next_due as (
             select t.hook_id, t.seen,
@@ -296,11 +304,9 @@ export async function claimDueDeliveries(
                        case when t.picked_count > 0 then ${nextProbeAt(sql`t.circuit_opened_at`)}
                             when t.circuit_probe_at > now() then t.circuit_probe_at
                             else ${leaseEnds} end
-                     when t.rate_limit_per_s is not null
-                          and case when t.rate_window_started_at = date_trunc('second', now()) then t.rate_window_count else 0 end + t.picked_count >= t.rate_limit_per_s
-                       then date_trunc('second', now()) + interval '1 second'
+                     when t.at_rate_limit then date_trunc('second', now()) + interval '1 second'
                      when t.room <= 0 then ${leaseEnds}
-                     when t.candidate_count >= least(t.room, ${options.limit}) or t.picked_count < t.candidate_count then now()
+                     when t.more_due then now()
                      else least(
                        (select min(x.next_attempt_at) from deliveries x where x.hook_id = t.hook_id and x.status = 'pending' and x.next_attempt_at > now()),
                        case when t.held + t.picked_count > 0 then ${leaseEnds} end)
@@ -312,19 +318,15 @@ export async function claimDueDeliveries(
             where q.hook_id = n.hook_id and q.xmin = n.seen
           ),
           backlog as (
-            -- A subscription that may have more due than it got (the condition next_due reschedules it now on) reports
-            -- how long the oldest of the deliveries found for it had been due: the wait of the head of its line. One
-            -- the claim emptied reports 0; one with no room reports nothing (what was last reported stands).
-            select t.hook_id, t.account_id,
-                   case when t.candidate_count >= least(t.room, ${options.limit}) or t.picked_count < t.candidate_count
-                     then coalesce((${oldestWaitPerHook} ->> t.hook_id)::int, 0) else 0 end as waited_ms
+            -- A subscription that may have more due than it got (what next_due reschedules it now for) reports how long
+            -- the oldest of the deliveries found for it had been due: the wait of the head of its line. One the claim
+            -- emptied reports 0; one with no room reports nothing (what was last reported stands).
+            select t.hook_id, t.account_id, case when t.more_due then coalesce(t.oldest_wait_ms, 0) else 0 end as waited_ms
             from tallied t
-            where t.servable and not t.suspect and t.room > 0
-              and (t.rate_limit_per_s is null
-                   or case when t.rate_window_started_at = date_trunc('second', now()) then t.rate_window_count else 0 end + t.picked_count < t.rate_limit_per_s)
+            where t.servable and not t.suspect and t.room > 0 and not t.at_rate_limit
           )
           select l.*, (select count(*)::int from due) as visited,
-                 (select coalesce(jsonb_agg(jsonb_build_array(b.hook_id, b.account_id, coalesce(b.waited_ms, 0))), '[]')::text from backlog b) as backlog
+                 (select coalesce(jsonb_agg(jsonb_build_array(b.hook_id, b.account_id, b.waited_ms)), '[]')::text from backlog b) as backlog
           from (select 1) v left join leased l on true`
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the
   // statement needs no lock and no transaction around it (on PGlite each statement costs ~0.4 ms).
