@@ -90,6 +90,12 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     const value = env[name]
     if (value !== undefined && value !== '') relevant[name] = value
   }
+  // Value.Convert truncates "2.5" to 2 for an integer: a setting written with a fraction is refused, not cut.
+  for (const [name, value] of Object.entries(relevant)) {
+    if ((EnvSchema.properties as Record<string, { type?: string }>)[name]?.type === 'integer' && !/^[+-]?\d+$/.test(String(value).trim())) {
+      throw new ConfigError(`${name}: Expected integer (got ${JSON.stringify(value)})`)
+    }
+  }
   const converted = Value.Default(EnvSchema, Value.Convert(EnvSchema, relevant))
   const firstError = Value.Errors(EnvSchema, converted).First()
   if (firstError) {
