@@ -44,6 +44,8 @@ describe('the delivery worker thread dies', () => {
       // What the metrics listener is told (src/ops/metrics.ts): restarts, and the attempts the living threads reported.
       let restarts = 0
       let delivered = 0
+      // What the API's admission is told (src/messages/admission.ts): the dead thread's report of accounts behind dies with it.
+      const behindReports: string[][] = []
       const worker = startDeliveryWorker({
         metrics: { attempts: (outcomes) => (delivered += outcomes[0]), workerRestarted: () => restarts++, accountsBehind: () => {}, messageHeld: () => {} },
         config: server.config,
@@ -51,6 +53,7 @@ describe('the delivery worker thread dies', () => {
         encryptionKey: server.config.encryptionKey!,
         logger: createLogger('info', (line) => lines.push(line)),
         workerUrl: Bun.pathToFileURL(workerModule).href,
+        onBehind: (accounts) => behindReports.push(accounts),
       })
       const started = performance.now()
       try {
@@ -59,6 +62,7 @@ describe('the delivery worker thread dies', () => {
         await receiver.waitFor(() => eventIds().size === 5 && onPath().length >= 6, leaseFor(server.config.webhookTimeoutMs) + 10_000)
         expect(lines.some((line) => line.includes('the delivery worker stopped; starting it again'))).toBe(true)
         expect(restarts).toBe(1)
+        expect(behindReports).toContainEqual([])
         // The attempt the dead thread made was never recorded: the same event came again, after its lease ran out.
         const times = new Map<string, number[]>()
         for (const request of onPath()) times.set(request.headers['webhook-id']!, [...(times.get(request.headers['webhook-id']!) ?? []), request.arrivedAt])
