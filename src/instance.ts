@@ -141,8 +141,8 @@ export async function createInstance(options: {
     handle.kind === 'postgres'
       ? createCommitNotifier(handle.db, { intervalMs: 5, onError: (error) => logger.warn('NOTIFY of new deliveries failed', { error: String(error) }) })
       : undefined
-  const deliveriesQueued = () => {
-    worker?.wake()
+  const deliveriesQueued = (hookIds?: readonly string[]) => {
+    worker?.wake(hookIds)
     notifier?.committed()
   }
   // Fed by this process's delivery worker: a process that delivers no webhooks never holds messages.

@@ -13,6 +13,9 @@ export interface DeliveryStore {
   record(attempts: RecordedAttempt[]): Promise<void>
 }
 
+// Subscriptions named by wakes that one claim looks up by key; the rest wait for the walk of the queue.
+const MAX_WOKEN = 64
+
 // Claims in a row that leased nothing though they found as many due subscriptions as they may look at: those had no room, and went to the back of the line.
 const MAX_EMPTY_CLAIMS = 4
 
@@ -40,8 +43,11 @@ export interface DispatcherOptions {
 }
 
 export interface Dispatcher {
-  /** Something was committed: claim now. Calls made while a claim runs fold into one more claim. */
-  wake(): void
+  /**
+   * Something was committed: claim now. Calls made while a claim runs fold into one more claim.
+   * `hookIds`: the subscriptions it made due, which the next claim looks at first.
+   */
+  wake(hookIds?: readonly string[]): void
   /** Stops claiming, lets the sends in flight finish and be recorded. */
   stop(): Promise<void>
   /** For tests and logs: sends in flight and attempts waiting to be recorded. */
@@ -75,6 +81,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const accountsInFlight = new Map<string, number>()
   let claiming = false
   let wokenWhileClaiming = false
+  // Subscriptions made due since the last claim began, named by wakes (at most MAX_WOKEN).
+  let wokenHooks = new Set<string>()
   let stopped = false
   const finished: RecordedAttempt[] = []
   let recording: RecordedAttempt[] = []
@@ -121,6 +129,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const accountAllowances: Record<string, number> = {}
     for (const [accountId, count] of accountsInFlight) accountAllowances[accountId] = Math.max(0, flow.accountShare(accountId, concurrency) - count)
     const told = flow.claimAllowances(concurrency)
+    const woken = [...wokenHooks]
+    wokenHooks = new Set()
     return {
       limit: free,
       leaseMs: options.leaseMs,
@@ -134,6 +144,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       // A slot is free once its attempt ends, not once it is recorded: a subscription at its maximum would
       // otherwise wait for every record too (docs/performance.md, issue 37).
       endedUnrecorded: [...recording, ...finished].map((attempt) => attempt.deliveryId),
+      woken,
     }
   }
 
@@ -186,8 +197,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   void claimWhileSlotsFree()
 
   return {
-    wake: () => {
-      if (!stopped) void claimWhileSlotsFree()
+    wake: (hookIds) => {
+      if (stopped) return
+      for (const hookId of hookIds ?? []) if (wokenHooks.size < MAX_WOKEN) wokenHooks.add(hookId)
+      void claimWhileSlotsFree()
     },
     stop() {
       stopped = true

@@ -60,6 +60,13 @@ export interface ClaimOptions {
    * leased, but nothing of them is in flight, so they do not count against `maxPerHook`.
    */
   endedUnrecorded?: string[]
+  /**
+   * Subscriptions a narrow settlement just made due (this process's, since its last claim):
+   * looked at first, by key, before the walk of the queue in due_at order, so that one
+   * message's delivery does not wait for the walk to pass every row due before it
+   * (docs/performance.md, issue 37, thirteenth pass).
+   */
+  woken?: string[]
 }
 
 export interface ClaimResult {
@@ -108,8 +115,9 @@ const CLAIM_LOCK = 7_200_011
  * Leases up to `limit` due deliveries of active subscriptions. One statement (on PostgreSQL in a
  * short transaction with a lock); the HTTP calls happen after it.
  *
- * It takes the subscriptions that are due from the queue's index (src/delivery/queue.ts), oldest
- * due_at first, as many as its limit (16 to 128), skipping those the caller has no room for
+ * It takes the subscriptions that are due from the queue's index (src/delivery/queue.ts): those
+ * the caller was just woken for (`woken`), by key, then the others oldest due_at first, as many
+ * as its limit (16 to 128), skipping those the caller has no room for
  * (their allowance, their account's, the suspects' share), and locks their queue and
  * subscription rows, passing over rows another transaction holds (a writer marking them due, or
  * another claim). Per subscription it takes no more than the smallest of: the caller's
@@ -177,27 +185,44 @@ export async function claimDueDeliveries(
     sql`(select coalesce(jsonb_object_agg(x.hook_id, x.v), '{}') from (select hook_id, ${aggregate} as v from ${member} group by hook_id) x)`
   const accountAllowance = (accountId: SQL) =>
     sql`coalesce((${JSON.stringify(options.accountAllowances)}::jsonb ->> ${accountId})::int, ${options.defaultAccountAllowance})`
+  const dueColumns = sql`q.hook_id, q.due_at, h.account_id, h.status, h.expires_at, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
+                   h.rate_limit_per_s, h.rate_window_started_at, h.rate_window_count,
+                   h.status = 'active' and (h.expires_at is null or h.expires_at > now()) and (h.throttled_until is null or h.throttled_until <= now()) as servable`
+  // The account's copy on the queue row: a row with no room is passed over without reading its
+  // subscription (a claim behind another account's thousand full rows read them all: docs/performance.md).
+  const hasRoom = sql`${allowance(sql`q.hook_id`, sql`q.account_id`)} > 0
+              and ${accountAllowance(sql`q.account_id`)} > 0
+              and (${options.suspectAllowance} > 0 or (h.consecutive_failures = 0 and h.circuit_opened_at is null))`
+  const wokenIds = sql`${JSON.stringify(options.woken ?? [])}::jsonb`
   const claim = sql`with
-          due as (
+          walked as (
             -- The queue row and the subscription row are locked, and those another transaction holds are passed
             -- over, never waited for: a fan-out writing a thousand of one account's rows for seconds
             -- (docs/performance.md, the storm) does not hide the others' rows behind them, and this statement
             -- waits for no lock at all, so it is never in a circle of waits.
-            select q.hook_id, q.due_at, h.account_id, h.status, h.expires_at, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
-                   h.rate_limit_per_s, h.rate_window_started_at, h.rate_window_count,
-                   h.status = 'active' and (h.expires_at is null or h.expires_at > now()) and (h.throttled_until is null or h.throttled_until <= now()) as servable
+            select ${dueColumns}
             from hook_queues q
             join hooks h on h.id = q.hook_id
-            where q.due_at <= now()
-              -- The account's copy on the queue row: a row with no room is passed over without reading its
-              -- subscription (a claim behind another account's thousand full rows read them all: docs/performance.md).
-              and ${allowance(sql`q.hook_id`, sql`q.account_id`)} > 0
-              and ${accountAllowance(sql`q.account_id`)} > 0
-              and (${options.suspectAllowance} > 0 or (h.consecutive_failures = 0 and h.circuit_opened_at is null))
+            where q.due_at <= now() and q.hook_id <> all(array(select jsonb_array_elements_text(${wokenIds})))
+              and ${hasRoom}
             order by q.due_at
             limit ${scan}
             for update of q skip locked
             for no key update of h skip locked
+          ),
+          woken_due as (
+            -- Found by key, not walked to: behind another account's thousand due rows the walk reaches them only
+            -- after several claims (docs/performance.md, issue 37, thirteenth pass).
+            select ${dueColumns}
+            from hook_queues q
+            join hooks h on h.id = q.hook_id
+            where q.hook_id in (select jsonb_array_elements_text(${wokenIds})) and q.due_at <= now()
+              and ${hasRoom}
+            for update of q skip locked
+            for no key update of h skip locked
+          ),
+          due as (
+            select * from woken_due union all select * from walked
           ),
           held as materialized (
             -- Each member from here on reads the one before it and carries forward what the later ones need: none is
@@ -325,7 +350,7 @@ export async function claimDueDeliveries(
             from tallied t
             where t.servable and not t.suspect and t.room > 0 and not t.at_rate_limit
           )
-          select l.*, (select count(*)::int from due) as visited,
+          select l.*, (select count(*)::int from walked) as visited,
                  (select coalesce(jsonb_agg(jsonb_build_array(b.hook_id, b.account_id, b.waited_ms)), '[]')::text from backlog b) as backlog
           from (select 1) v left join leased l on true`
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the

@@ -45,7 +45,8 @@ export interface WorkerSettings {
 
 export type ToWorker =
   | { type: 'start'; settings: WorkerSettings }
-  | { type: 'wake' }
+  /** `hookIds`: the subscriptions a narrow settlement made due, which the next claim looks at first. */
+  | { type: 'wake'; hookIds?: readonly string[] }
   | { type: 'stop' }
   | { type: 'reply'; id: number; ok: true; value: unknown }
   | { type: 'reply'; id: number; ok: false; error: string }
@@ -65,8 +66,8 @@ export type FromWorker =
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 export interface DeliveryWorker {
-  /** Deliveries were committed by this process: the worker claims them now. */
-  wake(): void
+  /** Deliveries were committed by this process: the worker claims them now, looking first at `hookIds` (src/delivery/dispatcher.ts). */
+  wake(hookIds?: readonly string[]): void
   /** Lets the sends in flight finish and be recorded (bounded), then ends the thread. */
   stop(): Promise<void>
 }
@@ -156,7 +157,7 @@ export function startDeliveryWorker(options: {
   spawn()
 
   return {
-    wake: () => worker.postMessage({ type: 'wake' } satisfies ToWorker),
+    wake: (hookIds) => worker.postMessage({ type: 'wake', hookIds } satisfies ToWorker),
     async stop() {
       if (stopping) return
       stopping = true

@@ -235,7 +235,7 @@ addEventListener('message', (event: MessageEvent<ToWorker>) => {
       })
       break
     case 'wake':
-      dispatcher?.wake()
+      dispatcher?.wake(message.hookIds)
       break
     case 'stop':
       void stop()

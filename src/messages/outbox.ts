@@ -22,6 +22,9 @@ export function buildEvent(input: { accountId: string; type: EventType; message:
   return { event, pending: { id, accountId: input.accountId, type: input.type, payload: JSON.stringify(event) } }
 }
 
+// A settlement that makes more subscriptions due than this is a fan-out: its subscriptions wait for the walk like everyone's.
+export const NARROW_FAN_OUT = 16
+
 /**
  * The tail of a statement that stores events: given an earlier member `stored_events(id,
  * account_id, type, payload, contact, trace_context)` of the caller's `WITH`, it inserts those events and one pending
@@ -30,7 +33,11 @@ export function buildEvent(input: { accountId: string; type: EventType; message:
  * it made. The change that caused the events, the events and their deliveries are then one
  * statement: they commit together or not at all, so a committed event is never without its
  * deliveries, at the cost of one round trip. The same statement marks their subscriptions due
- * in the queue's index (src/delivery/queue.ts). Subscriptions made later do not see the event.
+ * in the queue's index (src/delivery/queue.ts), and selects them too when they are no more than
+ * NARROW_FAN_OUT (null otherwise), for the worker to look at first (src/delivery/dispatcher.ts):
+ * a message's delivery then does not wait for the claims to walk past every subscription due
+ * before it, such as another account's thousand failing ones (docs/performance.md, issue 37,
+ * thirteenth pass). Subscriptions made later do not see the event.
  * A subscription with a filter gets a delivery only when the filter holds the event's contact
  * (docs/api.md#filters): a filtered-out event costs no row.
  *
@@ -63,4 +70,19 @@ export const storeEventsAndDeliveries: SQL = sql`,
     -- hooks was small looped over all of it once per delivery (365 ms for 100 deliveries at 10,000 subscriptions).
     ${markDue(sql`select hook_id, account_id from targets where status = 'active'`)}
   )${eventRollups('new_events', ['new_deliveries'])}
-  select (select count(*) from new_deliveries)::int as delivery_count`
+  select (select count(*) from new_deliveries)::int as delivery_count,
+         (select case when count(*) <= ${NARROW_FAN_OUT} then coalesce(jsonb_agg(x.hook_id), '[]') end
+          from (select distinct hook_id from targets where status = 'active') x)::text as due_hooks`
+
+/** What a statement of storeEventsAndDeliveries selects. */
+export interface QueuedDeliveries {
+  delivery_count: number
+  /** JSON: the subscriptions it made due, when they are no more than NARROW_FAN_OUT; null otherwise. */
+  due_hooks: string | null
+}
+
+/** Deliveries queued by a statement, and the subscriptions they made due when these are few (empty otherwise). */
+export const queuedFrom = (row: QueuedDeliveries | undefined): { count: number; dueHooks: string[] } => ({
+  count: Number(row?.delivery_count ?? 0),
+  dueHooks: row?.due_hooks ? (JSON.parse(row.due_hooks) as string[]) : [],
+})

@@ -13,7 +13,7 @@ import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { EventType } from './event-types.ts'
 import type { Carrier } from './carrier.ts'
 import type { Admission } from './admission.ts'
-import { buildEvent, storeEventsAndDeliveries, type EventPayload } from './outbox.ts'
+import { buildEvent, queuedFrom, storeEventsAndDeliveries, type EventPayload, type QueuedDeliveries } from './outbox.ts'
 import { sentMessageRollups } from '../stats/rollups.ts'
 import type { MessageSchema } from './schemas.ts'
 
@@ -28,8 +28,8 @@ export interface MessageDeps {
   storeMessage: MessageStorer
   /** Writes carriers' outcomes in batches (createMessageSettler). */
   settleMessage: MessageSettler
-  /** Called after a commit that queued deliveries: wakes this process's delivery worker. */
-  deliveriesQueued(): void
+  /** Called after a commit that queued deliveries: wakes this process's delivery worker, naming the subscriptions of a narrow one. */
+  deliveriesQueued(hookIds?: readonly string[]): void
   /** Holds an account's new messages while its deliveries are behind (src/messages/admission.ts). */
   admission: Admission
   /** Set when traces are on (docs/operations.md#traces): accepting, dispatching and settling are spans of the request's trace. */
@@ -153,8 +153,8 @@ export const MESSAGE_WRITES: Record<'postgres' | 'pglite', MessageWrites> = {
   pglite: { storeLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, settleLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, rowsPerStatement: 500, fanOutShare: 0.5 },
 }
 
-/** Records one settlement; resolves to the number of deliveries its batch queued. */
-export type MessageSettler = (settlement: Settlement) => Promise<number>
+/** Records one settlement; resolves to the deliveries its batch queued, and the subscriptions they made due when few. */
+export type MessageSettler = (settlement: Settlement) => Promise<{ count: number; dueHooks: string[] }>
 
 /**
  * Settles messages in batches (src/messages/batcher.ts), each batch one statement: the status
@@ -165,7 +165,7 @@ export type MessageSettler = (settlement: Settlement) => Promise<number>
  * `db` is the handle's `keyedDb` (src/lib/db/client.ts): every row is reached by key.
  */
 export function createMessageSettler(db: Database, writes: MessageWrites = MESSAGE_WRITES.postgres): MessageSettler {
-  const batcher = createKeyedBatcher<Settlement, number>(
+  const batcher = createKeyedBatcher<Settlement, { count: number; dueHooks: string[] }>(
     (settlement) => settlement.account_id,
     async (batch) => {
       const input = batch.map((settlement) => ({ ...settlement, from_status: 'queued' }))
@@ -186,14 +186,15 @@ export function createMessageSettler(db: Database, writes: MessageWrites = MESSA
             stored_events as (
               select id, account_id, type, payload, contact, trace_context from settled
             )${storeEventsAndDeliveries}`
-      const [row] = await queryRows<{ delivery_count: number }>(db, statement)
-      return batch.map(() => Number(row?.delivery_count ?? 0))
+      const [row] = await queryRows<QueuedDeliveries>(db, statement)
+      const queued = queuedFrom(row)
+      return batch.map(() => queued)
     },
     // Nobody waits on a settlement (the API answered already): a millisecond gathers a busy moment's into one
     // statement. An account whose events fan out wide settles fewer messages per statement, so that each writes
     // about `rowsPerStatement` deliveries: 200 messages to 1,000 subscriptions were two statements of 5 and 13 s
     // (docs/performance.md, the storm), whose locks and commits stalled everyone else's deliveries.
-    { maxBatch: 256, ...writes.settleLinger, cost: { of: (_items, results) => results[0] ?? 0, max: writes.rowsPerStatement, share: writes.fanOutShare } },
+    { maxBatch: 256, ...writes.settleLinger, cost: { of: (_items, results) => results[0]?.count ?? 0, max: writes.rowsPerStatement, share: writes.fanOutShare } },
   )
   return batcher.submit
 }
@@ -219,7 +220,7 @@ export async function dispatchMessage(deps: MessageDeps, message: Message): Prom
     const type: EventType = outcome.delivered ? 'message.delivered' : 'message.failed'
     const { pending } = buildEvent({ accountId: message.accountId, type, message: toMessageResource(settled) })
     const queued = await inSpan(deps.tracing, 'message settle', { attributes: { ...ids, 'app.event.id': pending.id, 'app.event.type': type } }, async (settleSpan) => {
-      const count = await settleWhileDatabaseAway(deps.settleMessage, {
+      const queued = await settleWhileDatabaseAway(deps.settleMessage, {
         account_id: message.accountId,
         message_id: message.id,
         status: settled.status as Settlement['status'],
@@ -230,10 +231,10 @@ export async function dispatchMessage(deps: MessageDeps, message: Message): Prom
         payload: pending.payload,
         trace_context: settleSpan ? deps.tracing!.traceparentOf(settleSpan) : null,
       })
-      settleSpan?.setAttribute('app.deliveries.queued', count)
-      return count
+      settleSpan?.setAttribute('app.deliveries.queued', queued.count)
+      return queued
     })
-    if (queued > 0) deps.deliveriesQueued()
+    if (queued.count > 0) deps.deliveriesQueued(queued.dueHooks)
   })
 }
 
@@ -242,7 +243,7 @@ export async function dispatchMessage(deps: MessageDeps, message: Message): Prom
 // (dispatchStaleQueuedMessages) takes the message.
 const SETTLE_RETRY_FOR_MS = 120_000
 
-async function settleWhileDatabaseAway(settle: MessageSettler, settlement: Settlement): Promise<number> {
+async function settleWhileDatabaseAway(settle: MessageSettler, settlement: Settlement): ReturnType<MessageSettler> {
   const started = Date.now()
   let delayMs = 250
   for (;;) {
@@ -290,7 +291,7 @@ export async function receiveInboundMessage(
     const message: Message = { id, accountId, direction: 'inbound', contact: input.from, body: input.body, status: 'received', error: null, createdAt: now, updatedAt: now, traceContext }
     const { pending } = buildEvent({ accountId, type: 'message.inbound', message: toMessageResource(message) })
     span?.setAttributes({ 'app.event.id': pending.id, 'app.event.type': pending.type })
-    const [row] = await queryRows<{ delivery_count: number }>(
+    const [row] = await queryRows<QueuedDeliveries>(
       deps.db,
       sql`with stored_message as (
             insert into messages (id, account_id, direction, contact, body, status, created_at, updated_at, trace_context)
@@ -303,9 +304,9 @@ export async function receiveInboundMessage(
             from stored_message
           )${storeEventsAndDeliveries}`,
     )
-    const queued = Number(row?.delivery_count ?? 0)
-    span?.setAttribute('app.deliveries.queued', queued)
-    if (queued > 0) deps.deliveriesQueued()
+    const queued = queuedFrom(row)
+    span?.setAttribute('app.deliveries.queued', queued.count)
+    if (queued.count > 0) deps.deliveriesQueued(queued.dueHooks)
     return message
   })
 }

@@ -137,6 +137,35 @@ describe('the dispatcher', () => {
     expect(memory.recorded.flat().map((attempt) => attempt.deliveryId)).toEqual(['dlv_7'])
   })
 
+  test('the subscriptions wakes name go to the next claim, once, at most 64 of them (src/delivery/store.ts looks them up first)', async () => {
+    const memory = memoryStore([])
+    let blockClaims: (() => void) | undefined
+    const claimOnce = memory.store.claim
+    memory.store.claim = async (options) => {
+      const result = await claimOnce(options)
+      if (memory.claims.length === 2) await new Promise<void>((resolve) => (blockClaims = resolve))
+      return result
+    }
+    const dispatcher = dispatcherWith({ store: memory.store, send: async () => ok })
+    await until(() => memory.claims.length === 1)
+    expect(memory.claims[0]!.woken).toEqual([])
+    dispatcher.wake(['hook_a', 'hook_b'])
+    await until(() => blockClaims !== undefined)
+    expect(memory.claims[1]!.woken).toEqual(['hook_a', 'hook_b'])
+    // Wakes during a claim gather for the one after it, up to the bound.
+    dispatcher.wake(['hook_c'])
+    dispatcher.wake(Array.from({ length: 100 }, (_, i) => `hook_${i}`))
+    dispatcher.wake()
+    blockClaims!()
+    await until(() => memory.claims.length === 3)
+    expect(memory.claims[2]!.woken).toHaveLength(64)
+    expect(memory.claims[2]!.woken![0]).toBe('hook_c')
+    dispatcher.wake()
+    await until(() => memory.claims.length === 4)
+    expect(memory.claims[3]!.woken).toEqual([])
+    await dispatcher.stop()
+  })
+
   test('a claim that took less than it asked for and saw every due subscription ends the round; a full one, or one that saw as many as it may, is followed by another', async () => {
     const memory = memoryStore([delivery(1, 'hook_1'), delivery(2, 'hook_2')])
     const releases: (() => void)[] = []

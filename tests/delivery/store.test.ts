@@ -260,6 +260,32 @@ describe('in flight per subscription', () => {
     expect([...first, ...second].filter((item) => item.hookId === slow.hook.id)).toHaveLength(2)
     expect([...first, ...second].filter((item) => item.hookId === other.hook.id)).toHaveLength(1)
   })
+
+  test("a subscription the claim is woken for is found by key, though another account's due subscriptions fill the walk ahead of it", async () => {
+    await db.execute(sql`update deliveries set status = 'delivered' where status = 'pending'`)
+    await db.execute(sql`update hook_queues set due_at = null`)
+    const wide = await server.createAccountWithKey()
+    for (let i = 0; i < 40; i++) {
+      const created = await server.fetch(`/v0/account/${wide.accountId}/hooks?key=${wide.secret}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ event: 'message.inbound', target_url: `https://localhost:${receiver.port}/wide-${i}` }),
+      })
+      expect(created.status).toBe(201)
+    }
+    await moreInbound(wide, 1)
+    const narrow = await eventFor('/woken')
+    // The wide account may start 4: its rows have room, so a walk of 16 (the least) stops among its 40.
+    const options = { limit: 16, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 64, accountAllowances: { [wide.accountId]: 4 }, defaultAccountAllowance: 1000, suspectAllowance: 1000 }
+    const walked = await claimDueDeliveries(db, options)
+    expect(walked.deliveries.map((item) => item.accountId)).toEqual(Array(4).fill(wide.accountId))
+    expect(walked.more).toBe(true)
+    const woken = await claimDueDeliveries(db, { ...options, woken: [narrow.hook.id] })
+    expect(woken.deliveries.filter((item) => item.hookId === narrow.hook.id)).toHaveLength(1)
+    expect(woken.deliveries.filter((item) => item.accountId === wide.accountId)).toHaveLength(4)
+    // Naming it again finds nothing left; a subscription with nothing due named by a wake costs nothing.
+    expect((await claimDueDeliveries(db, { ...options, accountAllowances: { [wide.accountId]: 0 }, woken: [narrow.hook.id] })).deliveries).toHaveLength(0)
+  })
 })
 
 describe('recording', () => {

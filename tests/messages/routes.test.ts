@@ -6,7 +6,8 @@ import { createLogger } from '../../src/lib/runtime/logger.ts'
 import { isId } from '../../src/lib/db/ids.ts'
 import { sandboxCarrier } from '../../src/messages/carrier.ts'
 import { createAdmission } from '../../src/messages/admission.ts'
-import { acceptMessage, createMessageSettler, createMessageStorer, dispatchStaleQueuedMessages } from '../../src/messages/service.ts'
+import { acceptMessage, createMessageSettler, createMessageStorer, dispatchMessage, dispatchStaleQueuedMessages } from '../../src/messages/service.ts'
+import { NARROW_FAN_OUT } from '../../src/messages/outbox.ts'
 import { authorizeAndRedeem, flowFixture } from '../oauth/support.ts'
 
 // These tests read the outbox as the message path writes it: no worker sends (and records attempts) meanwhile.
@@ -168,6 +169,27 @@ describe('refusals', () => {
     expect(send.status).toBe(403)
     expect(send.headers.get('www-authenticate')).toContain('scope="messages:send"')
     expect((await server.fetch(`/v0/account/${fixture.accountId}/events`, { headers })).status).toBe(403)
+  })
+})
+
+describe('the wake after a settlement (src/delivery/dispatcher.ts)', () => {
+  test(`names the active subscriptions it made due when they are ${NARROW_FAN_OUT} or fewer, and none for a wider fan-out`, async () => {
+    const owner = await server.createAccountWithKey('Woken')
+    const storeMessage = createMessageStorer(db)
+    const admission = createAdmission({ holdMs: 0 })
+    const wakes: (readonly string[] | undefined)[] = []
+    const deps = { db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage: createMessageSettler(db), deliveriesQueued: (hookIds?: readonly string[]) => void wakes.push(hookIds), admission }
+    const send = async () => dispatchMessage(deps, await acceptMessage({ storeMessage, admission }, owner.accountId, { to: '+14155550129', body: 'wake' }))
+    const active: string[] = []
+    for (let i = 0; i < NARROW_FAN_OUT; i++) active.push(await subscribe(owner, 'message.delivered', `woken-${i}`))
+    const paused = await subscribe(owner, 'message.delivered', 'woken-paused')
+    expect((await server.fetch(`/v0/account/${owner.accountId}/hooks/${paused}?key=${owner.secret}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: '{"status":"paused"}' })).status).toBe(200)
+    await send()
+    expect(wakes).toHaveLength(1)
+    expect([...wakes[0]!].sort()).toEqual([...active].sort())
+    await subscribe(owner, 'message.delivered', 'woken-wide')
+    await send()
+    expect(wakes[1]).toEqual([])
   })
 })
 

@@ -28,6 +28,7 @@ test.if(superuser)('a settlement reaches its message by key: first planned on an
     body: JSON.stringify({ event: 'message.delivered', target_url: 'https://hooks.example.com/settled' }),
   })
   expect(created.status).toBe(201)
+  const hook = (await created.json()) as { id: string }
   const { connection, plans } = explainedConnection(server.database.url!, KEYED_PLAN_SETTINGS)
   try {
     const settle = createMessageSettler(preparedDrizzle(connection))
@@ -44,11 +45,11 @@ test.if(superuser)('a settlement reaches its message by key: first planned on an
         ),
       )
     // Planned while messages is empty, then kept on this connection.
-    expect(await settleAll(await queue(1))).toEqual([1])
+    expect(await settleAll(await queue(1))).toEqual([{ count: 1, dueHooks: [hook.id] }])
     // Each settled message leaves its entry in the partial index of queued messages until a vacuum.
     for (let i = 0; i < 6; i++) await settleAll(await queue(500))
     plans.length = 0
-    expect(await settleAll(await queue(1))).toEqual([1])
+    expect(await settleAll(await queue(1))).toEqual([{ count: 1, dueHooks: [hook.id] }])
     const settlement = plans.find((item) => item.query.includes('settled as ('))
     expect(settlement).toBeDefined()
     const readsOfMessages = nodesOf(settlement!.plan)
