@@ -137,9 +137,10 @@ export async function createInstance(options: {
     cache: keyCache,
   })
   // After a commit that queued deliveries: this process's worker at once, other processes' through NOTIFY.
+  const notifyOrigin = crypto.randomUUID()
   const notifier =
     handle.kind === 'postgres'
-      ? createCommitNotifier(handle.db, { intervalMs: 5, onError: (error) => logger.warn('NOTIFY of new deliveries failed', { error: String(error) }) })
+      ? createCommitNotifier(handle.db, { intervalMs: 5, origin: notifyOrigin, onError: (error) => logger.warn('NOTIFY of new deliveries failed', { error: String(error) }) })
       : undefined
   const deliveriesQueued = (hookIds?: readonly string[]) => {
     worker?.wake(hookIds)
@@ -169,7 +170,7 @@ export async function createInstance(options: {
       : createMetrics({ handle, routes: app.routes, pools: handle.kind === 'postgres' ? { api: POOL_SIZES.api, keyed: POOL_SIZES.keyed, ...(options.deliverWebhooks ? { worker: POOL_SIZES.worker } : {}) } : undefined })
   const worker = options.deliverWebhooks
     ? startDeliveryWorker({
-        config, handle, encryptionKey, logger, metrics: metrics?.delivery,
+        config, handle, encryptionKey, logger, metrics: metrics?.delivery, notifyOrigin,
         onBehind(accounts) {
           admission.setBehind(accounts)
           metrics?.delivery.accountsBehind(accounts.length)

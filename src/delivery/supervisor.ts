@@ -23,6 +23,8 @@ const BACKLOG_FORGET_AFTER_MS = 1000
 export interface WorkerSettings {
   /** Set on PostgreSQL: the worker opens its own pool and LISTENs. Unset on PGlite: the worker's store calls come back to this thread. */
   databaseUrl: string | undefined
+  /** The payload of this process's own NOTIFYs, which the thread ignores: the process wakes it directly. */
+  ownNotifications: string | undefined
   encryptionKey: Uint8Array
   timeoutMs: number
   allowPrivate: boolean
@@ -96,11 +98,14 @@ export function startDeliveryWorker(options: {
   workerUrl?: string
   /** The accounts whose deliveries are behind, each time the set changes (src/delivery/backlog.ts). */
   onBehind?(accounts: string[]): void
+  /** The payload of this process's NOTIFYs (src/delivery/commit-notifier.ts): its worker, woken directly, ignores them. */
+  notifyOrigin?: string
 }): DeliveryWorker {
   const workerUrl = options.workerUrl ?? new URL('./worker.ts', import.meta.url).href
   const { config, handle, logger } = options
   const settings: WorkerSettings = {
     databaseUrl: handle.kind === 'postgres' ? config.databaseUrl : undefined,
+    ownNotifications: options.notifyOrigin,
     encryptionKey: options.encryptionKey,
     timeoutMs: config.webhookTimeoutMs,
     allowPrivate: config.webhookAllowPrivateTargets,

@@ -48,7 +48,7 @@ function proxiedStore(): DeliveryStore {
  * again when their lease runs out. postgres-js listens again by itself on a new connection
  * once its listening one is lost (and keeps trying until it can); `onlisten` says when it has.
  */
-async function postgresStore(url: string, onNotified: () => void): Promise<DeliveryStore> {
+async function postgresStore(url: string, onNotified: () => void, ownNotifications: string | undefined): Promise<DeliveryStore> {
   const client = postgresClient(url, {
     max: POOL_SIZES.worker,
     settings: KEYED_PLAN_SETTINGS,
@@ -59,7 +59,7 @@ async function postgresStore(url: string, onNotified: () => void): Promise<Deliv
   })
   const db = preparedDrizzle(client)
   let listened = false
-  const listening = await client.listen(DELIVERIES_CHANNEL, onNotified, () => {
+  const listening = await client.listen(DELIVERIES_CHANNEL, (payload) => payload !== ownNotifications && onNotified(), () => {
     // Notifications sent while the connection was away are lost: claim now rather than at the next poll.
     if (listened) {
       log('info', `listening for ${DELIVERIES_CHANNEL} again`)
@@ -97,7 +97,7 @@ async function start(settings: WorkerSettings) {
   // Each attempt's span, for its log line (written when the dispatcher reports the attempt).
   const attemptTraces = new Map<ClaimedDelivery, AttemptTraceFields>()
   const wake = () => dispatcher?.wake()
-  const database = settings.databaseUrl ? await postgresStore(settings.databaseUrl, wake) : proxiedStore()
+  const database = settings.databaseUrl ? await postgresStore(settings.databaseUrl, wake, settings.ownNotifications) : proxiedStore()
   // The accounts whose deliveries are behind go to the API thread when they change (src/messages/admission.ts).
   const backlog = createBacklogTracker(settings.backlog)
   let behind: string[] = []
