@@ -67,6 +67,8 @@ export interface ClaimOptions {
    * (docs/performance.md, issue 37, thirteenth pass).
    */
   woken?: string[]
+  /** false: only `woken` is looked at, not the queue in due_at order (a claim as short as its few rows). */
+  walk?: boolean
 }
 
 export interface ClaimResult {
@@ -206,7 +208,7 @@ export async function claimDueDeliveries(
             where q.due_at <= now() and q.hook_id <> all(array(select jsonb_array_elements_text(${wokenIds})))
               and ${hasRoom}
             order by q.due_at
-            limit ${scan}
+            limit ${options.walk === false ? 0 : scan}
             for update of q skip locked
             for no key update of h skip locked
           ),

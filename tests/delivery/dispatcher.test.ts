@@ -137,7 +137,7 @@ describe('the dispatcher', () => {
     expect(memory.recorded.flat().map((attempt) => attempt.deliveryId)).toEqual(['dlv_7'])
   })
 
-  test('the subscriptions wakes name go to the next claim, once, at most 64 of them (src/delivery/store.ts looks them up first)', async () => {
+  test('the subscriptions wakes name get a claim of their own (no walk of the queue), followed by a walk; never two such claims in a row; at most 64 named', async () => {
     const memory = memoryStore([])
     let blockClaims: (() => void) | undefined
     const claimOnce = memory.store.claim
@@ -147,22 +147,29 @@ describe('the dispatcher', () => {
       return result
     }
     const dispatcher = dispatcherWith({ store: memory.store, send: async () => ok })
+    const named = (index: number) => ({ woken: memory.claims[index]!.woken, walk: memory.claims[index]!.walk })
     await until(() => memory.claims.length === 1)
-    expect(memory.claims[0]!.woken).toEqual([])
+    expect(named(0)).toEqual({ woken: [], walk: true })
     dispatcher.wake(['hook_a', 'hook_b'])
     await until(() => blockClaims !== undefined)
-    expect(memory.claims[1]!.woken).toEqual(['hook_a', 'hook_b'])
-    // Wakes during a claim gather for the one after it, up to the bound.
+    expect(named(1)).toEqual({ woken: ['hook_a', 'hook_b'], walk: false })
+    // Named while that claim runs: they go with the walk that follows it, up to the bound.
     dispatcher.wake(['hook_c'])
     dispatcher.wake(Array.from({ length: 100 }, (_, i) => `hook_${i}`))
     dispatcher.wake()
     blockClaims!()
-    await until(() => memory.claims.length === 3)
+    await until(() => memory.claims.length >= 3)
+    expect(memory.claims[2]!.walk).toBe(true)
     expect(memory.claims[2]!.woken).toHaveLength(64)
     expect(memory.claims[2]!.woken![0]).toBe('hook_c')
-    dispatcher.wake()
-    await until(() => memory.claims.length === 4)
-    expect(memory.claims[3]!.woken).toEqual([])
+    await until(() => dispatcher.stats().inFlight === 0 && memory.claims.length === 4)
+    expect(named(3)).toEqual({ woken: [], walk: true })
+    dispatcher.wake(['hook_z'])
+    await until(() => memory.claims.length === 6)
+    expect([named(4), named(5)]).toEqual([
+      { woken: ['hook_z'], walk: false },
+      { woken: [], walk: true },
+    ])
     await dispatcher.stop()
   })
 

@@ -275,15 +275,21 @@ describe('in flight per subscription', () => {
     }
     await moreInbound(wide, 1)
     const narrow = await eventFor('/woken')
+    await moreInbound(narrow.owner, 1)
     // The wide account may start 4: its rows have room, so a walk of 16 (the least) stops among its 40.
     const options = { limit: 16, leaseMs: 60_000, allowances: {}, defaultAllowance: 1, maxPerHook: 64, accountAllowances: { [wide.accountId]: 4 }, defaultAccountAllowance: 1000, suspectAllowance: 1000 }
     const walked = await claimDueDeliveries(db, options)
     expect(walked.deliveries.map((item) => item.accountId)).toEqual(Array(4).fill(wide.accountId))
     expect(walked.more).toBe(true)
+    // Without the walk: only what it names (one, its allowance), and no sign of more to walk.
+    const wokenOnly = await claimDueDeliveries(db, { ...options, woken: [narrow.hook.id], walk: false })
+    expect(wokenOnly.deliveries.map((item) => item.hookId)).toEqual([narrow.hook.id])
+    expect(wokenOnly.more).toBe(false)
+    await markHooksDueUnlessHeld(db, [narrow.hook.id])
     const woken = await claimDueDeliveries(db, { ...options, woken: [narrow.hook.id] })
     expect(woken.deliveries.filter((item) => item.hookId === narrow.hook.id)).toHaveLength(1)
     expect(woken.deliveries.filter((item) => item.accountId === wide.accountId)).toHaveLength(4)
-    // Naming it again finds nothing left; a subscription with nothing due named by a wake costs nothing.
+    // Naming it again finds nothing left.
     expect((await claimDueDeliveries(db, { ...options, accountAllowances: { [wide.accountId]: 0 }, woken: [narrow.hook.id] })).deliveries).toHaveLength(0)
   })
 })
