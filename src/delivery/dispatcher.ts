@@ -60,7 +60,8 @@ export interface Dispatcher {
  * Keeps up to `concurrency` deliveries in flight: claims as many as there are free slots until a
  * claim comes back empty, sends each outside any transaction, and records finished attempts in
  * batches (whatever finished while the previous batch was being written). Recording frees the
- * subscription's slot in the database, so every flush is followed by another claim.
+ * subscription's slot in the database, so every flush is followed by another claim. A wake that
+ * names subscriptions (a narrow settlement's) gets a claim of only those first, looked up by key.
  *
  * Isolation (docs/webhooks.md#how-fast-we-send-concurrency-and-fairness). The claim is told three
  * bounds, so that no one can take every slot and leave a healthy subscription waiting for them:
