@@ -13,7 +13,8 @@ export interface DeliveryStore {
   record(attempts: RecordedAttempt[]): Promise<void>
 }
 
-// Subscriptions named by wakes that one claim looks up by key; the rest wait for the walk of the queue.
+// Subscriptions named by wakes between two claims; the rest wait for the walk. Half of what a walk may read
+// (SCAN_MAX in src/delivery/store.ts), so that a burst of narrow settlements does not make one claim long.
 const MAX_WOKEN = 64
 
 // Claims in a row that leased nothing though they found as many due subscriptions as they may look at: those had no room, and went to the back of the line.
@@ -45,7 +46,8 @@ export interface DispatcherOptions {
 export interface Dispatcher {
   /**
    * Something was committed: claim now. Calls made while a claim runs fold into one more claim.
-   * `hookIds`: the subscriptions it made due, which the next claim looks at first.
+   * `hookIds`: the subscriptions it made due, which a claim of their own looks up by key: the next
+   * claim, or the one after it when the last was such a claim.
    */
   wake(hookIds?: readonly string[]): void
   /** Stops claiming, lets the sends in flight finish and be recorded. */

@@ -68,7 +68,7 @@ export type FromWorker =
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 export interface DeliveryWorker {
-  /** Deliveries were committed by this process: the worker claims them now, looking first at `hookIds` (src/delivery/dispatcher.ts). */
+  /** Deliveries were committed by this process: the worker claims them now, `hookIds` by key in a claim of their own (src/delivery/dispatcher.ts). */
   wake(hookIds?: readonly string[]): void
   /** Lets the sends in flight finish and be recorded (bounded), then ends the thread. */
   stop(): Promise<void>

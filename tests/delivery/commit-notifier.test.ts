@@ -49,21 +49,22 @@ describe('NOTIFY after a commit that queued deliveries (src/delivery/commit-noti
       const origin = payloads[0]!
       expect(origin).toMatch(/^[0-9a-f-]{36}$/)
 
-      // Forty of its own, 5 ms apart: at most the poll (once a second) claims meanwhile.
+      // Forty of its own, 5 ms apart: only the poll (once a second) claims meanwhile.
+      const startedAt = performance.now()
       const before = await claimsSoFar()
       for (let i = 0; i < 40; i++) {
         await sender`select pg_notify(${DELIVERIES_CHANNEL}, ${origin})`
         await Bun.sleep(5)
       }
       const afterOwn = await claimsSoFar()
-      expect(afterOwn - before).toBeLessThanOrEqual(1)
+      expect(afterOwn - before).toBeLessThanOrEqual(Math.ceil((performance.now() - startedAt) / 1000) + 1)
 
-      // Forty of another process's: each finds the worker idle and is a claim.
+      // Forty of another process's: each that finds the worker idle is a claim.
       for (let i = 0; i < 40; i++) {
         await sender`select pg_notify(${DELIVERIES_CHANNEL}, 'another-process')`
         await Bun.sleep(5)
       }
-      expect((await claimsSoFar()) - afterOwn).toBeGreaterThanOrEqual(20)
+      expect((await claimsSoFar()) - afterOwn).toBeGreaterThanOrEqual(10)
     } finally {
       await listener.end({ timeout: 5 })
       await sender.end({ timeout: 5 })
