@@ -47,7 +47,7 @@ export interface Dispatcher {
   /**
    * Something was committed: claim now. Calls made while a claim runs fold into one more claim.
    * `hookIds`: the subscriptions it made due, which a claim of their own looks up by key: the next
-   * claim, or the one after it when the last was such a claim.
+   * claim, or the one after it when the last was such a claim and a walk is owed.
    */
   wake(hookIds?: readonly string[]): void
   /** Stops claiming, lets the sends in flight finish and be recorded. */
@@ -93,7 +93,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   let flushing: Promise<void> | null = null
   let idle: (() => void) | null = null
 
-  const claimWhileSlotsFree = async () => {
+  // A walk of the queue is owed when something besides the named subscriptions may be due: at the
+  // start, at each poll, after each record (slots freed), on a wake that named none or more than
+  // MAX_WOKEN, and while a walk found more than it could take. A wake that named subscriptions
+  // owes only their claim: before, each cost a walk as well, which found nothing (a third of a
+  // storm's claims: docs/performance.md, issue 37, thirteenth pass).
+  let walkOwed = true
+
+  const claimWhileSlotsFree = async (walk: boolean) => {
+    if (walk) walkOwed = true
     if (claiming) {
       wokenWhileClaiming = true
       return
@@ -108,9 +116,12 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           const limit = concurrency - inFlight
           // The subscriptions wakes named go first, in a claim of their own: one that walked the queue as well
           // took as long as leasing another account's 128 (docs/performance.md, issue 37, thirteenth pass).
-          // Never twice in a row, so that wakes coming faster than claims do not keep the walk from the rest.
-          const wokenOnly = wokenHooks.size > 0 && !lastWokenOnly
+          // Never twice in a row while a walk is owed, so that wakes coming faster than claims do not keep the
+          // walk from the rest.
+          const wokenOnly = wokenHooks.size > 0 && !(lastWokenOnly && walkOwed)
+          if (!wokenOnly && !walkOwed) break
           lastWokenOnly = wokenOnly
+          if (!wokenOnly) walkOwed = false
           const claimed = await store.claim(claimOptions(limit, wokenOnly))
           options.onClaim?.(performance.now() - startedAt)
           for (const delivery of claimed.deliveries) void sendOne(delivery)
@@ -124,6 +135,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           // up bring a claim after their record.
           emptyClaims = claimed.deliveries.length > 0 ? 0 : emptyClaims + 1
           if (claimed.deliveries.length < limit && (!claimed.more || emptyClaims >= MAX_EMPTY_CLAIMS)) break
+          walkOwed = true
         }
       } while (wokenWhileClaiming && !stopped && inFlight < concurrency)
     } catch (error) {
@@ -195,7 +207,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         recording = []
       }
       flushing = null
-      if (!stopped) void claimWhileSlotsFree()
+      if (!stopped) void claimWhileSlotsFree(true)
       settleIfIdle()
     })()
   }
@@ -204,14 +216,18 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (idle && inFlight === 0 && !flushing && !claiming && finished.length === 0) idle()
   }
 
-  const timer = setInterval(() => void claimWhileSlotsFree(), options.pollMs)
-  void claimWhileSlotsFree()
+  const timer = setInterval(() => void claimWhileSlotsFree(true), options.pollMs)
+  void claimWhileSlotsFree(true)
 
   return {
     wake: (hookIds) => {
       if (stopped) return
-      for (const hookId of hookIds ?? []) if (wokenHooks.size < MAX_WOKEN) wokenHooks.add(hookId)
-      void claimWhileSlotsFree()
+      let walk = !hookIds?.length
+      for (const hookId of hookIds ?? []) {
+        if (wokenHooks.size < MAX_WOKEN || wokenHooks.has(hookId)) wokenHooks.add(hookId)
+        else walk = true
+      }
+      void claimWhileSlotsFree(walk)
     },
     stop() {
       stopped = true

@@ -137,7 +137,7 @@ describe('the dispatcher', () => {
     expect(memory.recorded.flat().map((attempt) => attempt.deliveryId)).toEqual(['dlv_7'])
   })
 
-  test('the subscriptions wakes name get a claim of their own (no walk of the queue), followed by a walk; never two such claims in a row; at most 64 named', async () => {
+  test('the subscriptions wakes name get a claim of their own (no walk of the queue); a walk comes only when owed, and then before a second such claim; at most 64 named', async () => {
     const memory = memoryStore([])
     let blockClaims: (() => void) | undefined
     const claimOnce = memory.store.claim
@@ -153,23 +153,40 @@ describe('the dispatcher', () => {
     dispatcher.wake(['hook_a', 'hook_b'])
     await until(() => blockClaims !== undefined)
     expect(named(1)).toEqual({ woken: ['hook_a', 'hook_b'], walk: false })
-    // Named while that claim runs: they go with the walk that follows it, up to the bound.
+    // Named while that claim runs, past the bound: the ones left out owe a walk, which comes next and names the rest.
     dispatcher.wake(['hook_c'])
     dispatcher.wake(Array.from({ length: 100 }, (_, i) => `hook_${i}`))
-    dispatcher.wake()
     blockClaims!()
     await until(() => memory.claims.length >= 3)
     expect(memory.claims[2]!.walk).toBe(true)
     expect(memory.claims[2]!.woken).toHaveLength(64)
     expect(memory.claims[2]!.woken![0]).toBe('hook_c')
-    await until(() => dispatcher.stats().inFlight === 0 && memory.claims.length === 4)
-    expect(named(3)).toEqual({ woken: [], walk: true })
+    // With no walk owed, named wakes are claims of their own, one after another, and nothing else.
+    dispatcher.wake(['hook_y'])
+    await until(() => memory.claims.length === 4)
     dispatcher.wake(['hook_z'])
-    await until(() => memory.claims.length === 6)
-    expect([named(4), named(5)]).toEqual([
+    await until(() => memory.claims.length === 5)
+    await Bun.sleep(30)
+    expect(memory.claims.slice(3).map((_, i) => named(3 + i))).toEqual([
+      { woken: ['hook_y'], walk: false },
       { woken: ['hook_z'], walk: false },
-      { woken: [], walk: true },
     ])
+    // A wake that names nothing owes a walk.
+    dispatcher.wake()
+    await until(() => memory.claims.length === 6)
+    expect(named(5)).toEqual({ woken: [], walk: true })
+    await dispatcher.stop()
+  })
+
+  test('a record owes a walk: a named claim that follows a record is followed by a walk before the next named one', async () => {
+    const memory = memoryStore([])
+    const dispatcher = dispatcherWith({ store: memory.store, send: async () => ok })
+    await until(() => memory.claims.length === 1)
+    memory.due.push(delivery(1, 'hook_named'))
+    dispatcher.wake(['hook_named'])
+    // The named claim leases it; its record owes a walk.
+    await until(() => memory.recorded.length === 1 && memory.claims.length >= 3)
+    expect(memory.claims.slice(1, 3).map((claim) => claim.walk)).toEqual([false, true])
     await dispatcher.stop()
   })
 
