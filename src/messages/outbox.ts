@@ -82,7 +82,12 @@ export interface QueuedDeliveries {
 }
 
 /** Deliveries queued by a statement, and the subscriptions they made due when these are few (empty otherwise). */
-export const queuedFrom = (row: QueuedDeliveries | undefined): { count: number; dueHooks: string[] } => ({
+export interface Queued {
+  count: number
+  dueHooks: string[]
+}
+
+export const queuedFrom = (row: QueuedDeliveries | undefined): Queued => ({
   count: Number(row?.delivery_count ?? 0),
   dueHooks: row?.due_hooks ? (JSON.parse(row.due_hooks) as string[]) : [],
 })

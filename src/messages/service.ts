@@ -13,7 +13,7 @@ import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { EventType } from './event-types.ts'
 import type { Carrier } from './carrier.ts'
 import type { Admission } from './admission.ts'
-import { buildEvent, queuedFrom, storeEventsAndDeliveries, type EventPayload, type QueuedDeliveries } from './outbox.ts'
+import { buildEvent, queuedFrom, storeEventsAndDeliveries, type EventPayload, type Queued, type QueuedDeliveries } from './outbox.ts'
 import { sentMessageRollups } from '../stats/rollups.ts'
 import type { MessageSchema } from './schemas.ts'
 
@@ -154,7 +154,7 @@ export const MESSAGE_WRITES: Record<'postgres' | 'pglite', MessageWrites> = {
 }
 
 /** Records one settlement; resolves to the deliveries its batch queued, and the subscriptions they made due when few. */
-export type MessageSettler = (settlement: Settlement) => Promise<{ count: number; dueHooks: string[] }>
+export type MessageSettler = (settlement: Settlement) => Promise<Queued>
 
 /**
  * Settles messages in batches (src/messages/batcher.ts), each batch one statement: the status
@@ -165,7 +165,7 @@ export type MessageSettler = (settlement: Settlement) => Promise<{ count: number
  * `db` is the handle's `keyedDb` (src/lib/db/client.ts): every row is reached by key.
  */
 export function createMessageSettler(db: Database, writes: MessageWrites = MESSAGE_WRITES.postgres): MessageSettler {
-  const batcher = createKeyedBatcher<Settlement, { count: number; dueHooks: string[] }>(
+  const batcher = createKeyedBatcher<Settlement, Queued>(
     (settlement) => settlement.account_id,
     async (batch) => {
       const input = batch.map((settlement) => ({ ...settlement, from_status: 'queued' }))
