@@ -1,7 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm'
 import { CIRCUIT_OPENS_AFTER, isBreakerFailure, nextProbeAt, PROBE_INTERVAL_MIN_S } from './circuit.ts'
 import { markHooksDueUnlessHeld } from './queue.ts'
-import { queryRows, type Database } from '../lib/db/client.ts'
+import { pipelinedTransaction, queryRows, type Database } from '../lib/db/client.ts'
 import { newId } from '../lib/db/ids.ts'
 import type { NamedStatement } from '../lib/db/pglite-named.ts'
 import { MAX_RETRY_AFTER_MS, type DeliveryDecision } from './policy.ts'
@@ -359,10 +359,7 @@ export async function claimDueDeliveries(
   // statement needs no lock and no transaction around it (on PGlite each statement costs ~0.4 ms).
   const rows = sender.sole
     ? await (sender.statement ? sender.statement<Row>(claim) : queryRows<Row>(db, claim))
-    : await db.transaction(async (tx) => {
-        await tx.execute(sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`)
-        return queryRows<Row>(tx as unknown as Database, claim)
-      })
+    : (await pipelinedTransaction<Row>(db, [sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`, claim]))[1]!
   const visited = Number(rows[0]?.visited ?? 0)
   return {
     deliveries: rows

@@ -1,7 +1,7 @@
 import { PGlite } from '@electric-sql/pglite'
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite'
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js'
-import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core'
+import { PgDialect, type PgDatabase, type PgQueryResultHKT } from 'drizzle-orm/pg-core'
 import { sql, type SQL } from 'drizzle-orm'
 import postgres from 'postgres'
 import * as schema from './schema.ts'
@@ -200,6 +200,30 @@ export async function queryRows<T>(db: Database, query: SQL): Promise<T[]> {
   const result = (await db.execute(query)) as unknown
   return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[]
 }
+
+/**
+ * Runs statements as one transaction, each seeing what the ones before it did, and returns each
+ * one's rows. On PostgreSQL they are sent together, without waiting for each answer (postgres-js
+ * pipelines the queries a transaction's callback returns as an array): a lock and the statement it
+ * guards cost one round trip, not two, and on a busy machine each round trip is a wait for the
+ * scheduler on both sides (docs/performance.md, issue 37, fourteenth pass). PGlite answers
+ * within this process: there they simply run one after another.
+ */
+export async function pipelinedTransaction<T>(db: Database, statements: SQL[]): Promise<T[][]> {
+  const client = (db as unknown as { $client: unknown }).$client
+  if (typeof client === 'function' && 'begin' in client) {
+    const queries = statements.map((statement) => postgresDialect.sqlToQuery(statement))
+    const results = await (client as postgres.Sql).begin((tx) => queries.map((query) => tx.unsafe(query.sql, query.params as postgres.ParameterOrJSON<never>[])))
+    return results as unknown as T[][]
+  }
+  return db.transaction(async (tx) => {
+    const results: T[][] = []
+    for (const statement of statements) results.push(await queryRows<T>(tx as unknown as Database, statement))
+    return results
+  })
+}
+
+const postgresDialect = new PgDialect()
 
 /** Whether `select 1` answers within `timeoutMs`: readiness must answer promptly while the database is away. */
 export async function isDatabaseReachable(db: Database, timeoutMs = 2000): Promise<boolean> {
