@@ -115,7 +115,7 @@ const CLAIM_LOCK = 7_200_011
 
 /**
  * Leases up to `limit` due deliveries of active subscriptions. One statement (on PostgreSQL in a
- * short transaction with a lock); the HTTP calls happen after it.
+ * short transaction with a lock, the two sent together); the HTTP calls happen after it.
  *
  * It takes the subscriptions that are due from the queue's index (src/delivery/queue.ts): those
  * the caller was just woken for (`woken`), by key, then the others oldest due_at first, as many
@@ -359,7 +359,7 @@ export async function claimDueDeliveries(
   // statement needs no lock and no transaction around it (on PGlite each statement costs ~0.4 ms).
   const rows = sender.sole
     ? await (sender.statement ? sender.statement<Row>(claim) : queryRows<Row>(db, claim))
-    : (await pipelinedTransaction<Row>(db, [sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`, claim]))[1]!
+    : (await pipelinedTransaction(db, [sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`, claim]))[1] as Row[]
   const visited = Number(rows[0]?.visited ?? 0)
   return {
     deliveries: rows

@@ -204,21 +204,22 @@ export async function queryRows<T>(db: Database, query: SQL): Promise<T[]> {
 /**
  * Runs statements as one transaction, each seeing what the ones before it did, and returns each
  * one's rows. On PostgreSQL they are sent together, without waiting for each answer (postgres-js
- * pipelines the queries a transaction's callback returns as an array): a lock and the statement it
- * guards cost one round trip, not two, and on a busy machine each round trip is a wait for the
- * scheduler on both sides (docs/performance.md, issue 37, fourteenth pass). PGlite answers
- * within this process: there they simply run one after another.
+ * pipelines the queries a transaction's callback returns as an array, once each is prepared on
+ * the connection, which `preparedDrizzle` asks for): a lock and the statement it guards cost one
+ * round trip, not two, and on a busy machine each round trip is a wait for the scheduler on both
+ * sides (docs/performance.md, issue 37, fourteenth pass). PGlite answers within this process:
+ * there they simply run one after another.
  */
-export async function pipelinedTransaction<T>(db: Database, statements: SQL[]): Promise<T[][]> {
+export async function pipelinedTransaction(db: Database, statements: SQL[]): Promise<unknown[][]> {
+  // `Database` does not say which driver it is over; postgres-js's client is a function with `begin`.
   const client = (db as unknown as { $client: unknown }).$client
   if (typeof client === 'function' && 'begin' in client) {
     const queries = statements.map((statement) => postgresDialect.sqlToQuery(statement))
-    const results = await (client as postgres.Sql).begin((tx) => queries.map((query) => tx.unsafe(query.sql, query.params as postgres.ParameterOrJSON<never>[])))
-    return results as unknown as T[][]
+    return (await (client as postgres.Sql).begin((tx) => queries.map((query) => tx.unsafe(query.sql, query.params as postgres.ParameterOrJSON<never>[])))) as unknown[][]
   }
   return db.transaction(async (tx) => {
-    const results: T[][] = []
-    for (const statement of statements) results.push(await queryRows<T>(tx as unknown as Database, statement))
+    const results: unknown[][] = []
+    for (const statement of statements) results.push(await queryRows<unknown>(tx as unknown as Database, statement))
     return results
   })
 }

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { sql } from 'drizzle-orm'
 import postgres from 'postgres'
-import { isDatabaseReachable, postgresClient, preparedDrizzle, queryRows, type Database } from '../../../src/lib/db/client.ts'
+import { isDatabaseReachable, pipelinedTransaction, postgresClient, preparedDrizzle, queryRows, type Database } from '../../../src/lib/db/client.ts'
 import { isDatabaseUnavailable } from '../../../src/lib/db/errors.ts'
 import { testDatabaseChoice } from '../../support/database.ts'
 import { privatePostgresUnavailable, startPrivatePostgres, type PrivatePostgres } from '../../support/private-postgres.ts'
@@ -88,6 +88,40 @@ describe.skipIf(unavailable !== null)(`the PostgreSQL pool through a database ou
         // The pool may refuse for the moment its probe takes to see the database answer.
         expect(await msUntil(() => selectOne(db), 3_000)).toBeLessThan(1_000)
         expect(await queryRows(db, sql`select count(*)::int as n from killed_transaction`)).toEqual([{ n: 0 }])
+      }
+      await Bun.sleep(50)
+      expect(uncaught).toEqual([])
+    } finally {
+      process.off('uncaughtException', onUncaught)
+      await killer.end({ timeout: 1 })
+      await client.end({ timeout: 1 })
+    }
+  })
+
+  test('the same with the statements sent together (pipelinedTransaction, as the delivery claim is): the ones still in flight fail with it', async () => {
+    const client = postgresClient(database.url, { max: 1 })
+    const killer = postgres(database.url, { max: 1, onnotice: () => {} })
+    const db = preparedDrizzle(client)
+    const uncaught: unknown[] = []
+    const onUncaught = (error: unknown) => uncaught.push(error)
+    process.on('uncaughtException', onUncaught)
+    try {
+      await db.execute(sql`create table killed_pipeline (round int)`)
+      for (let round = 0; round < 3; round++) {
+        const transaction = pipelinedTransaction(db, [
+          sql`insert into killed_pipeline values (${round})`,
+          sql`select pg_sleep(${5})`,
+          sql`insert into killed_pipeline values (${round})`,
+        ])
+        let sleeping: { pid: number }[] = []
+        while (sleeping.length === 0) {
+          await Bun.sleep(5)
+          sleeping = await killer<{ pid: number }[]>`select pid from pg_stat_activity where query like 'select pg_sleep(%' and pid <> pg_backend_pid()`
+        }
+        await killer`select pg_terminate_backend(${sleeping[0]!.pid})`
+        expect(await transaction.then(() => 'committed', (error) => (isDatabaseUnavailable(error) ? 'unavailable' : String(error)))).toBe('unavailable')
+        expect(await msUntil(() => selectOne(db), 3_000)).toBeLessThan(1_000)
+        expect(await queryRows(db, sql`select count(*)::int as n from killed_pipeline`)).toEqual([{ n: 0 }])
       }
       await Bun.sleep(50)
       expect(uncaught).toEqual([])
