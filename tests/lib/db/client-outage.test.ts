@@ -61,8 +61,13 @@ describe.skipIf(unavailable !== null)(`the PostgreSQL pool through a database ou
     }
   })
 
-  test('a transaction whose session is killed mid-statement fails as unavailable, commits nothing, throws nothing uncaught, and its connection serves the next query at once', async () => {
-    // One connection, so the next query is on the very connection whose session died.
+  /**
+   * Three rounds of: `run` starts a transaction that writes to `table` and then sleeps; its session
+   * is killed during the sleep. It must fail as unavailable, commit nothing and throw nothing
+   * uncaught, and its connection must serve the next query at once (one connection, so the next
+   * query is on the very connection whose session died).
+   */
+  async function killedMidTransaction(table: string, run: (db: Database, round: number) => Promise<unknown>) {
     const client = postgresClient(database.url, { max: 1 })
     const killer = postgres(database.url, { max: 1, onnotice: () => {} })
     const db = preparedDrizzle(client)
@@ -73,55 +78,19 @@ describe.skipIf(unavailable !== null)(`the PostgreSQL pool through a database ou
     const onUncaught = (error: unknown) => uncaught.push(error)
     process.on('uncaughtException', onUncaught)
     try {
-      await db.execute(sql`create table killed_transaction (round int)`)
+      await db.execute(sql.raw(`create table ${table} (round int)`))
       for (let round = 0; round < 3; round++) {
-        let pid: number | undefined
-        const transaction = db.transaction(async (tx) => {
-          await tx.execute(sql`insert into killed_transaction values (${round})`)
-          pid = (await queryRows<{ pid: number }>(tx as unknown as Database, sql`select pg_backend_pid() as pid`))[0]!.pid
-          await tx.execute(sql`select pg_sleep(5)`)
-          await tx.execute(sql`insert into killed_transaction values (${round})`)
-        })
-        while (pid === undefined) await Bun.sleep(5)
-        await killer`select pg_terminate_backend(${pid})`
-        expect(await transaction.then(() => 'committed', (error) => (isDatabaseUnavailable(error) ? 'unavailable' : String(error)))).toBe('unavailable')
-        // The pool may refuse for the moment its probe takes to see the database answer.
-        expect(await msUntil(() => selectOne(db), 3_000)).toBeLessThan(1_000)
-        expect(await queryRows(db, sql`select count(*)::int as n from killed_transaction`)).toEqual([{ n: 0 }])
-      }
-      await Bun.sleep(50)
-      expect(uncaught).toEqual([])
-    } finally {
-      process.off('uncaughtException', onUncaught)
-      await killer.end({ timeout: 1 })
-      await client.end({ timeout: 1 })
-    }
-  })
-
-  test('the same with the statements sent together (pipelinedTransaction, as the delivery claim is): the ones still in flight fail with it', async () => {
-    const client = postgresClient(database.url, { max: 1 })
-    const killer = postgres(database.url, { max: 1, onnotice: () => {} })
-    const db = preparedDrizzle(client)
-    const uncaught: unknown[] = []
-    const onUncaught = (error: unknown) => uncaught.push(error)
-    process.on('uncaughtException', onUncaught)
-    try {
-      await db.execute(sql`create table killed_pipeline (round int)`)
-      for (let round = 0; round < 3; round++) {
-        const transaction = pipelinedTransaction(db, [
-          sql`insert into killed_pipeline values (${round})`,
-          sql`select pg_sleep(${5})`,
-          sql`insert into killed_pipeline values (${round})`,
-        ])
+        const transaction = run(db, round)
         let sleeping: { pid: number }[] = []
         while (sleeping.length === 0) {
           await Bun.sleep(5)
-          sleeping = await killer<{ pid: number }[]>`select pid from pg_stat_activity where query like 'select pg_sleep(%' and pid <> pg_backend_pid()`
+          sleeping = await killer<{ pid: number }[]>`select pid from pg_stat_activity where state = 'active' and query like 'select pg_sleep(%' and pid <> pg_backend_pid()`
         }
         await killer`select pg_terminate_backend(${sleeping[0]!.pid})`
         expect(await transaction.then(() => 'committed', (error) => (isDatabaseUnavailable(error) ? 'unavailable' : String(error)))).toBe('unavailable')
+        // The pool may refuse for the moment its probe takes to see the database answer.
         expect(await msUntil(() => selectOne(db), 3_000)).toBeLessThan(1_000)
-        expect(await queryRows(db, sql`select count(*)::int as n from killed_pipeline`)).toEqual([{ n: 0 }])
+        expect(await queryRows(db, sql.raw(`select count(*)::int as n from ${table}`))).toEqual([{ n: 0 }])
       }
       await Bun.sleep(50)
       expect(uncaught).toEqual([])
@@ -130,5 +99,19 @@ describe.skipIf(unavailable !== null)(`the PostgreSQL pool through a database ou
       await killer.end({ timeout: 1 })
       await client.end({ timeout: 1 })
     }
-  })
+  }
+
+  test('a transaction whose session is killed mid-statement fails as unavailable, commits nothing, throws nothing uncaught, and its connection serves the next query at once', () =>
+    killedMidTransaction('killed_transaction', (db, round) =>
+      db.transaction(async (tx) => {
+        await tx.execute(sql`insert into killed_transaction values (${round})`)
+        await tx.execute(sql`select pg_sleep(5)`)
+        await tx.execute(sql`insert into killed_transaction values (${round})`)
+      }),
+    ))
+
+  test('the same with the statements sent together (pipelinedTransaction, as the delivery claim is): the ones still in flight fail with it', () =>
+    killedMidTransaction('killed_pipeline', (db, round) =>
+      pipelinedTransaction(db, [sql`insert into killed_pipeline values (${round})`, sql`select pg_sleep(${5})`, sql`insert into killed_pipeline values (${round})`]),
+    ))
 })
