@@ -2,7 +2,7 @@ import { sql } from 'drizzle-orm'
 import postgres from 'postgres'
 import { queryRows, type Database } from '../../src/lib/db/client.ts'
 
-export type PlanNode = { 'Node Type': string; 'CTE Name'?: string; 'Relation Name'?: string; 'Index Name'?: string; 'Actual Loops': number; Plans?: PlanNode[] }
+export type PlanNode = { 'Node Type': string; 'CTE Name'?: string; 'Relation Name'?: string; 'Index Name'?: string; 'Actual Loops': number; 'Actual Rows': number; 'Rows Removed by Filter'?: number; Plans?: PlanNode[] }
 
 /** Every node of a plan, its subplans' included. */
 export const nodesOf = (node: PlanNode): PlanNode[] => [node, ...(node.Plans ?? []).flatMap(nodesOf)]
