@@ -2,7 +2,7 @@ import { PGlite } from '@electric-sql/pglite'
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite'
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js'
 import { PgDialect, type PgDatabase, type PgQueryResultHKT } from 'drizzle-orm/pg-core'
-import { sql, type SQL } from 'drizzle-orm'
+import { DrizzleQueryError, sql, type SQL } from 'drizzle-orm'
 import postgres from 'postgres'
 import * as schema from './schema.ts'
 import { DatabaseUnavailableError, isDatabaseUnavailable } from './errors.ts'
@@ -215,7 +215,15 @@ export async function pipelinedTransaction(db: Database, statements: SQL[]): Pro
   const client = (db as unknown as { $client: unknown }).$client
   if (typeof client === 'function' && 'begin' in client) {
     const queries = statements.map((statement) => postgresDialect.sqlToQuery(statement))
-    return (await (client as postgres.Sql).begin((tx) => queries.map((query) => tx.unsafe(query.sql, query.params as postgres.ParameterOrJSON<never>[])))) as unknown[][]
+    try {
+      return (await (client as postgres.Sql).begin((tx) => queries.map((query) => tx.unsafe(query.sql, query.params as postgres.ParameterOrJSON<never>[])))) as unknown[][]
+    } catch (error) {
+      // Failed as Drizzle's own queries fail (and as on PGlite): the log then names the statement's
+      // SQL text and SQLSTATE (src/lib/runtime/logger.ts). postgres-js names the statement that
+      // failed; a failure of the transaction itself (a lost connection) names them all.
+      const failed = queries.find((query) => query.sql === (error as { query?: unknown }).query)
+      throw new DrizzleQueryError(failed?.sql ?? queries.map((query) => query.sql).join(';\n'), failed?.params ?? queries.flatMap((query) => query.params), error as Error)
+    }
   }
   return db.transaction(async (tx) => {
     const results: unknown[][] = []

@@ -1,7 +1,8 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { sql } from 'drizzle-orm'
+import { DrizzleQueryError, sql } from 'drizzle-orm'
 import postgres from 'postgres'
 import { pipelinedTransaction, preparedDrizzle } from '../../../src/lib/db/client.ts'
+import { describeError } from '../../../src/lib/runtime/logger.ts'
 import { createTestDatabase } from '../../support/database.ts'
 
 const database = await createTestDatabase()
@@ -24,17 +25,27 @@ describe('pipelinedTransaction (src/lib/db/client.ts)', () => {
     expect(numbers(counted)).toEqual([2])
   })
 
+  test('no statement: an empty transaction, and no rows', async () => {
+    expect(await pipelinedTransaction(db, [])).toEqual([])
+  })
+
   test('a failing statement fails the call and rolls back the ones before it', async () => {
     const error = (await pipelinedTransaction(db, [sql`insert into pipelined_rows (n) values (3)`, sql`insert into pipelined_rows (n) values (1)`]).catch((caught) => caught)) as Error
-    // Drizzle (PGlite) wraps the database's error; postgres-js (PostgreSQL) throws it as it is.
-    expect((error.cause as Error | undefined)?.message ?? error.message).toMatch(/duplicate key/)
+    // As Drizzle fails its own queries, on both drivers: the failing statement's text, the database's error as the cause.
+    expect(error).toBeInstanceOf(DrizzleQueryError)
+    expect((error as DrizzleQueryError).query).toBe('insert into pipelined_rows (n) values (1)')
+    expect((error.cause as Error).message).toMatch(/duplicate key/)
+    expect((error.cause as { code?: string }).code).toBe('23505')
+    // What the worker's log says of a failed claim.
+    expect(describeError(error)).toMatchObject({ sql_state: '23505', query: 'insert into pipelined_rows (n) values (1)' })
     const [after] = await pipelinedTransaction(db, [sql`select n from pipelined_rows order by n`])
     expect(numbers(after)).toEqual([1, 2])
   })
 
   test('a failing first statement: the next one never runs', async () => {
     const error = (await pipelinedTransaction(db, [sql`select 1 / ${0}::int`, sql`insert into pipelined_rows (n) values (4)`]).catch((caught) => caught)) as Error
-    expect((error.cause as Error | undefined)?.message ?? error.message).toMatch(/division by zero/)
+    expect((error as DrizzleQueryError).query).toBe('select 1 / $1::int')
+    expect((error.cause as Error).message).toMatch(/division by zero/)
     const [after] = await pipelinedTransaction(db, [sql`select n from pipelined_rows order by n`])
     expect(numbers(after)).toEqual([1, 2])
   })
