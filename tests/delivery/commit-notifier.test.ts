@@ -64,7 +64,10 @@ describe('NOTIFY after a commit that queued deliveries (src/delivery/commit-noti
         await sender`select pg_notify(${DELIVERIES_CHANNEL}, 'another-process')`
         await Bun.sleep(5)
       }
-      expect((await claimsSoFar()) - afterOwn).toBeGreaterThanOrEqual(10)
+      // Counts a busy machine posts late are waited for up to a second, in which the poll claims once or twice.
+      let claimed = (await claimsSoFar()) - afterOwn
+      for (const deadline = performance.now() + 1_000; claimed < 10 && performance.now() < deadline; ) claimed = (await claimsSoFar()) - afterOwn
+      expect(claimed).toBeGreaterThanOrEqual(10)
     } finally {
       await listener.end({ timeout: 5 })
       await sender.end({ timeout: 5 })

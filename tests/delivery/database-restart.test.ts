@@ -8,7 +8,7 @@ import { startReceiver } from '../support/receiver.ts'
 // The server as production runs it (bun src/main.ts) on a PostgreSQL of the test's own, which the
 // test restarts, then stops and starts again, while messages are being sent and delivered. Only
 // in the PostgreSQL pass: the PGlite pass has no database server to lose.
-setDefaultTimeout(60_000)
+setDefaultTimeout(120_000)
 
 const unavailable = testDatabaseChoice() === 'pglite' ? 'the PGlite pass has no database server to restart' : privatePostgresUnavailable()
 

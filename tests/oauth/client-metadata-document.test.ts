@@ -290,16 +290,16 @@ describe('documents refused: an error page at the authorize endpoint, invalid_cl
   test('a document that does not answer within 5 s', async () => {
     const path = newPath('slow')
     answers.set(path, async (request) => {
-      await Bun.sleep(6_000)
+      await Bun.sleep(30_000)
       return Response.json(metadataFor(urlOf(request.path)))
     })
     const started = performance.now()
     await expectRefused(server, urlOf(path), `The client metadata document at ${urlOf(path)} did not answer within 5 s.`)
-    // The page came after the 5 s; the token endpoint answered from the failure kept in cache.
+    // The page came after the 5 s and long before the answer; the token endpoint answered from the failure kept in cache.
     expect(performance.now() - started).toBeGreaterThanOrEqual(4_900)
-    expect(performance.now() - started).toBeLessThan(5_900)
+    expect(performance.now() - started).toBeLessThan(15_000)
     expect(fetchesOf(path)).toBe(1)
-  }, 15_000)
+  }, 25_000)
 
   test('a document on a private address, with WEBHOOK_ALLOW_PRIVATE_TARGETS off', async () => {
     const strict = await startTestServer({ env: { WEBHOOK_CA_FILE: documents.caFile }, database: server.database, deliverWebhooks: false })

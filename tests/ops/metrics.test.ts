@@ -104,12 +104,14 @@ describe('METRICS_PORT', () => {
       // A pending delivery shows in the queue: a subscription whose receiver is away.
       expect((await call('POST', '/hooks', { event: 'message.inbound', target_url: `http://127.0.0.1:${freePort()}/nobody` })).status).toBe(201)
       expect((await call('POST', '/sandbox/inbound', { from: '+447700900700', body: 'wait for me' })).status).toBe(201)
+      // The same event goes to /metrics-hook too: its delivery is recorded before the queue is read.
       let queued = await scrape()
-      for (let i = 0; i < 50 && value(queued, 'messaging_webhook_attempts_total', { outcome: 'retry' }) < 1; i++) {
+      for (let i = 0; i < 50 && (value(queued, 'messaging_webhook_attempts_total', { outcome: 'retry' }) < 1 || value(queued, 'messaging_webhook_attempts_total', { outcome: 'delivered' }) < 2); i++) {
         await Bun.sleep(100)
         queued = await scrape()
       }
       expect(value(queued, 'messaging_webhook_attempts_total', { outcome: 'retry' })).toBe(1)
+      expect(value(queued, 'messaging_webhook_attempts_total', { outcome: 'delivered' })).toBe(2)
       expect(value(queued, 'messaging_webhook_deliveries_pending')).toBe(1)
       expect(value(queued, 'messaging_webhook_oldest_pending_age_seconds')).toBeGreaterThan(0)
 
