@@ -1,7 +1,7 @@
 // The delivery worker thread (started by src/delivery/supervisor.ts): claim → send → record.
 import { POOL_SIZES, postgresClient, preparedDrizzle } from '../lib/db/client.ts'
 import { createSecretBox, type SecretBox } from '../lib/security/secret-box.ts'
-import type { LogFields } from '../lib/runtime/logger.ts'
+import { describeError, type LogFields } from '../lib/runtime/logger.ts'
 import { createDispatcher, type DeliveryStore, type Dispatcher } from './dispatcher.ts'
 import type { AttemptResult } from './send.ts'
 import type { SigningKeys } from './signing.ts'
@@ -178,7 +178,8 @@ async function start(settings: WorkerSettings) {
     maxPerHook: settings.maxPerHook,
     leaseMs: settings.leaseMs,
     pollMs: settings.pollMs,
-    onError: (message, error) => log('error', message, { error: error instanceof Error ? error.message : String(error) }),
+    // The database's message and SQLSTATE, and a failed statement's text, never its parameters.
+    onError: (message, error) => log('error', message, { ...describeError(error) }),
     onInFlight(now) {
       inFlight = now
       countsTimer ??= setTimeout(flushCounts, 50)

@@ -218,10 +218,13 @@ export async function pipelinedTransaction(db: Database, statements: SQL[]): Pro
     try {
       return (await (client as postgres.Sql).begin((tx) => queries.map((query) => tx.unsafe(query.sql, query.params as postgres.ParameterOrJSON<never>[])))) as unknown[][]
     } catch (error) {
-      // Failed as Drizzle's own queries fail (and as on PGlite): the log then names the statement's
-      // SQL text and SQLSTATE (src/lib/runtime/logger.ts). postgres-js names the statement that
-      // failed; a failure of the transaction itself (a lost connection) names them all.
-      const failed = queries.find((query) => query.sql === (error as { query?: unknown }).query)
+      // A lost or refused connection is not the statements' doing: it goes on as it is.
+      if (isDatabaseUnavailable(error)) throw error
+      // A statement's failure fails as Drizzle's own queries fail (and as on PGlite), so the log names
+      // its SQL text and SQLSTATE (src/lib/runtime/logger.ts). postgres-js names the statement that
+      // failed by its text; a failure of BEGIN or COMMIT, or two statements of the same text, names them all.
+      const named = queries.filter((query) => query.sql === (error as { query?: unknown }).query)
+      const failed = named.length === 1 ? named[0] : undefined
       throw new DrizzleQueryError(failed?.sql ?? queries.map((query) => query.sql).join(';\n'), failed?.params ?? queries.flatMap((query) => query.params), error as Error)
     }
   }
