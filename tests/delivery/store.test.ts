@@ -699,6 +699,9 @@ describe('isolation in the claim (src/delivery/dispatcher.ts)', () => {
 })
 
 const superuser = server.database.url ? await isSuperuser(db) : false
+/** The executed plans of the worker's claim and of its record, among those an explained connection collected. */
+const claimPlan = (plans: { query: string; plan: PlanNode }[]) => plans.find((item) => item.query.includes('rescheduled as ('))
+const recordPlan = (plans: { query: string; plan: PlanNode }[]) => plans.find((item) => item.query.includes('insert into delivery_attempts'))
 /** The plan nodes that read rows of a table. */
 const ROW_SCANS = new Set(['Seq Scan', 'Index Scan', 'Index Only Scan', 'Bitmap Heap Scan', 'Tid Scan'])
 
@@ -735,7 +738,7 @@ describe("the worker's plans (PostgreSQL)", () => {
           .map((node) => ({ statement: query.trim().slice(0, 60), scan: node['Node Type'], index: node['Index Name'], read: (node['Actual Rows'] + (node['Rows Removed by Filter'] ?? 0)) * node['Actual Loops'] })),
       )
       // Both the claim's plan and the record's were seen.
-      expect([plans.some(({ query }) => query.includes('rescheduled as (')), plans.some(({ query }) => query.includes('insert into delivery_attempts'))]).toEqual([true, true])
+      expect([claimPlan(plans), recordPlan(plans)]).toEqual([expect.anything(), expect.anything()])
       expect(scans.filter((item) => item.scan === 'Seq Scan')).toEqual([])
       // A claim and a record of three deliveries read tens of rows, not the table.
       expect(scans.reduce((sum, item) => sum + item.read, 0), JSON.stringify(scans)).toBeLessThan(500)
@@ -809,8 +812,8 @@ describe("what the worker's statements read (PostgreSQL)", () => {
       const claimed = (await claimDueDeliveries(workerDb, { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 10, maxPerHook: 64, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).deliveries
       expect(claimed).toHaveLength(40)
       await recordDeliveryAttempts(workerDb, claimed.map((item) => ({ deliveryId: item.id, hookId: item.hookId, accountId: item.accountId, result: okAttempt, decision: { kind: 'delivered' as const } })))
-      const claim = plans.find((item) => item.query.includes('rescheduled as ('))
-      const record = plans.find((item) => item.query.includes('insert into delivery_attempts'))
+      const claim = claimPlan(plans)
+      const record = recordPlan(plans)
       expect(claim).toBeDefined()
       expect(record).toBeDefined()
       // With hash joins off a join of two members is a nested loop that scans one of them again for
@@ -835,7 +838,7 @@ describe("what the worker's statements read (PostgreSQL)", () => {
       const other = await eventFor('/behind-crowd-no-room')
       const claimed = (await claimDueDeliveries(preparedDrizzle(worker), { limit: 16, leaseMs: 60_000, allowances: {}, defaultAllowance: 10, maxPerHook: 64, accountAllowances: { [crowd.owner.accountId]: 0 }, defaultAccountAllowance: 1000, suspectAllowance: 1000 })).deliveries
       expect(claimed.map((item) => item.hookId)).toEqual([other.hook.id])
-      const claim = plans.find((item) => item.query.includes('rescheduled as ('))
+      const claim = claimPlan(plans)
       expect(claim).toBeDefined()
       // Each subscription the walk reads is one loop of its scan of hooks: the crowd's 200 and the other's,
       // before hook_queues held the account (docs/performance.md, issue 37, eighth pass).
