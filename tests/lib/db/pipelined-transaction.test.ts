@@ -50,6 +50,20 @@ describe('pipelinedTransaction (src/lib/db/client.ts)', () => {
     expect(numbers(after)).toEqual([1, 2])
   })
 
+  // postgres-js names a failing statement by its text alone: where that does not tell which one failed, all are named.
+  test.if(!!database.url)('on PostgreSQL, a failure at COMMIT, or in one of two statements of the same text, names every statement', async () => {
+    await db.execute(sql`create table pipelined_deferred (n int unique deferrable initially deferred)`)
+    const atCommit = (await pipelinedTransaction(db, [sql`insert into pipelined_deferred (n) values (1)`, sql`insert into pipelined_deferred (n) values (1)`]).catch((caught) => caught)) as DrizzleQueryError
+    expect(atCommit).toBeInstanceOf(DrizzleQueryError)
+    expect(atCommit.query).toBe('insert into pipelined_deferred (n) values (1);\ninsert into pipelined_deferred (n) values (1)')
+    expect((atCommit.cause as { code?: string }).code).toBe('23505')
+    const sameText = (await pipelinedTransaction(db, [sql`insert into pipelined_rows (n) values (${5})`, sql`insert into pipelined_rows (n) values (${5})`]).catch((caught) => caught)) as DrizzleQueryError
+    expect(sameText.query).toBe('insert into pipelined_rows (n) values ($1);\ninsert into pipelined_rows (n) values ($1)')
+    expect(sameText.params).toEqual([5, 5])
+    const [after] = await pipelinedTransaction(db, [sql`select n from pipelined_rows order by n`])
+    expect(numbers(after)).toEqual([1, 2])
+  })
+
   // On PGlite the statements run in this process: there is no round trip to save. A statement with parameters
   // is pipelined once it is prepared on the connection (its first use waits for its description), as
   // preparedDrizzle has every statement prepared: the second call shows what every later claim does.
