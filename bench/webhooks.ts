@@ -53,7 +53,11 @@
  *           subscription's target_url to the running broker (the machine's one cannot be stopped and
  *           started for a run), a bound queue or a stream there, where the deliveries are counted
  *           (one routing key or subject per subscription).
- *           HOOKS_PER_ACCOUNT is raised to --broken.
+ *           HOOKS_PER_ACCOUNT is raised to --broken. To tell apart what each part of the storm costs B
+ *           (docs/performance.md, issue 37, sixteenth pass): --refused N puts N of the --broken at the
+ *           closed port and the rest at the hanging listener (default half); --paused-broken pauses A's
+ *           subscriptions before its messages fail, so the fan-out is written and nothing is sent to
+ *           them (they resume with the recovery).
  *   growth  PostgreSQL. One server, one database, never reset: 1, 10, 100 subscriptions (one account),
  *           then 10,000 (100 accounts × 100); --deliveries (20,000) per step, closed loop. Per step:
  *           deliveries/s, p99, all delivered, and the claim statement's p99 from the metrics endpoint
@@ -120,6 +124,8 @@ const cli = commandLine(import.meta.url, {
   'slow-ms': { type: 'string', default: '2000' },
   drain: { type: 'string', default: '' },
   broken: { type: 'string', default: '' },
+  refused: { type: 'string', default: '' },
+  'paused-broken': { type: 'boolean', default: false },
   'failed-messages': { type: 'string', default: '200' },
   'storm-rate': { type: 'string', default: '100' },
   'storm-seconds': { type: 'string', default: '20' },
@@ -154,6 +160,8 @@ const SLOW_MS = cli.integer('slow-ms', 0, 10_000)
 const DRAIN_MS = (cli.string('drain') ? cli.integer('drain', 1, 1800) : SCENARIO === 'basic' || SCENARIO === 'destinations' ? 30 : 180) * 1000
 const BROKEN_KIND = cli.choice('broken-kind', ['https', 'rabbitmq', 'nats'])
 const BROKEN = cli.string('broken') ? cli.integer('broken', 2, 10_000) : BROKEN_KIND !== 'https' ? 200 : PG ? 1000 : 100
+const REFUSED = cli.string('refused') ? cli.integer('refused', 0, BROKEN) : Math.floor(BROKEN / 2)
+const PAUSED_BROKEN = cli.flag('paused-broken')
 const KIND_RATE = cli.string('kind-rate') ? cli.integer('kind-rate', 1, 5000) : PG ? 300 : 100
 const RABBITMQ_URL = cli.loopbackUrl(cli.string('rabbitmq-url'), '--rabbitmq-url')
 const NATS_URL = cli.loopbackUrl(cli.string('nats-url'), '--nats-url')
@@ -397,6 +405,11 @@ async function inParallel<T, R>(items: T[], parallel: number, work: (item: T, in
 /** Through the API, `parallel` at a time. */
 function subscribe(rig: Rig, wanted: Array<Omit<Hook, 'id'>>, parallel = 16): Promise<Hook[]> {
   return inParallel(wanted, parallel, async (w) => ({ ...w, id: (await expectStatus(201, 'POST', `${rig.server.origin}${keyed(w.account, '/hooks')}`, { body: { event: w.event, target_url: w.url } })).id }))
+}
+
+/** Pauses or resumes subscriptions through the API, 8 at a time. */
+async function setStatus(rig: Rig, account: Account, hooks: Hook[], status: 'active' | 'paused'): Promise<void> {
+  await inParallel(hooks, 8, (h) => expectStatus(200, 'PATCH', `${rig.server.origin}${keyed(account, `/hooks/${h.id}`)}`, { body: { status } }))
 }
 
 /** Deletes and makes again (deleting cancels their pending deliveries): a clean start after a phase that did not drain. */
@@ -713,8 +726,7 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   const hangPort = freePort()
   const https = BROKEN_KIND === 'https'
   await rig.receiver.listen(hangPort, !https)
-  const half = Math.floor(BROKEN / 2)
-  const at = (i: number) => (i < half ? { port: refusePort, group: 'refuse' } : { port: hangPort, group: 'hang' })
+  const at = (i: number) => (i < REFUSED ? { port: refusePort, group: 'refuse' } : { port: hangPort, group: 'hang' })
   const broken = Array.from({ length: BROKEN }, (_, i) => ({
     account: a,
     event: 'message.failed',
@@ -722,9 +734,10 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   }))
   const t0 = performance.now()
   const brokenHooks = await subscribe(rig, broken, 4)
+  if (PAUSED_BROKEN) await setStatus(rig, a, brokenHooks, 'paused')
   await subscribe(rig, [{ account: b, event: 'message.delivered', url: `${rig.receiver.origin}/healthy` }])
   const what = https ? 'HTTPS' : BROKEN_KIND === 'rabbitmq' ? 'RabbitMQ (amqp://)' : 'NATS (nats://)'
-  log(`account A: ${BROKEN} ${what} subscriptions to message.failed (${half} at closed port ${refusePort}, ${BROKEN - half} at a ${https ? 'TLS' : 'TCP'} listener on ${hangPort} that never answers), made in ${((performance.now() - t0) / 1000).toFixed(1)} s; account B: one healthy HTTPS subscription`)
+  log(`account A: ${BROKEN} ${what} subscriptions to message.failed (${REFUSED} at closed port ${refusePort}, ${BROKEN - REFUSED} at a ${https ? 'TLS' : 'TCP'} listener on ${hangPort} that never answers)${PAUSED_BROKEN ? ', paused' : ''}, made in ${((performance.now() - t0) / 1000).toFixed(1)} s; account B: one healthy HTTPS subscription`)
   await measure(rig, { label: 'warm-up', groups: ['healthy'], fan: 1, load: () => closedLoop(rig, [{ account: b }], 5, 500) })
 
   const expectedBroken = FAILED_MESSAGES * BROKEN
@@ -793,6 +806,7 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   if (https) {
     await rig.receiver.listen(refusePort)
     await rig.receiver.heal()
+    if (PAUSED_BROKEN) await setStatus(rig, a, brokenHooks, 'active')
   } else {
     await inParallel(brokenHooks, 8, (h, j) => expectStatus(200, 'PATCH', `${rig.server.origin}${keyed(a, `/hooks/${h.id}`)}`, { body: { target_url: brokerTarget(BROKEN_KIND, 'recovered', String(j)) } }))
     log(`recovery: ${BROKEN} target_url PATCHed to ${what} at ${BROKEN_KIND === 'rabbitmq' ? RABBITMQ_URL.host : NATS_URL.host} in ${((performance.now() - r0) / 1000).toFixed(1)} s`)
