@@ -17,7 +17,12 @@
  * With `cost.share` as well, a batch that cost at least half of `cost.max` (a wide fan-out) and
  * has another behind it waits first, so that such batches take at most that share of the
  * lane's time: on PGlite the database and the event loop are one thread, and a fan-out written
- * back to back left no turn to anyone else's statements (docs/performance.md, issue 37).
+ * back to back left no turn to anyone else's statements (docs/performance.md, issue 37). With
+ * `cost.besideOthers`, a lane of createKeyedBatcher takes that share instead while another key
+ * has submitted within `withinMs`: a fan-out yields to other accounts' work while there is some,
+ * and goes at full speed alone (docs/performance.md, issue 37, sixteenth pass). No pause makes
+ * the lane's next item wait longer than `maxPausedWaitMs` in all: a lane that far behind writes
+ * back to back.
  *
  * A batch that fails is retried one item at a time, so one bad item fails alone.
  */
@@ -25,15 +30,23 @@ export interface BatcherOptions<Item, Result> {
   maxBatch: number
   lingerMs?: number
   lingerOnlyWithinMs?: number
-  cost?: { of(items: Item[], results: Result[]): number; max: number; share?: number }
+  cost?: {
+    of(items: Item[], results: Result[]): number
+    max: number
+    share?: number
+    /** The share while another key of a createKeyedBatcher submitted within `withinMs`. */
+    besideOthers?: { share: number; withinMs: number }
+    maxPausedWaitMs?: number
+  }
   /** Time, for tests: `performance.now` and a timer by default. */
   clock?: { now(): number; sleep(ms: number): Promise<void> }
 }
 
 const systemClock = { now: () => performance.now(), sleep: (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)) }
 
-export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Result[]>, options: BatcherOptions<Item, Result>) {
-  type Waiting = { item: Item; resolve(result: Result): void; reject(error: unknown): void }
+/** `othersActive`: whether another key submitted within `cost.besideOthers.withinMs` (given by createKeyedBatcher). */
+export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Result[]>, options: BatcherOptions<Item, Result>, othersActive?: () => boolean) {
+  type Waiting = { item: Item; submittedAt: number; resolve(result: Result): void; reject(error: unknown): void }
   const queue: Waiting[] = []
   let draining = false
   let costPerItem = 0
@@ -54,7 +67,7 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
       if (options.cost) {
         const cost = options.cost.of(items, results)
         costPerItem = cost / batch.length
-        const share = options.cost.share
+        const share = options.cost.besideOthers && othersActive?.() ? options.cost.besideOthers.share : options.cost.share
         if (share && share < 1 && cost >= options.cost.max / 2) pauseMs = ((clock.now() - startedAt) * (1 - share)) / share
       }
       batch.forEach((waiting, index) => waiting.resolve(results[index]!))
@@ -69,7 +82,8 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
     const quietSince = clock.now() - lastBatchEndedAt
     if (options.lingerMs && (options.lingerOnlyWithinMs === undefined || quietSince < options.lingerOnlyWithinMs)) await clock.sleep(options.lingerMs)
     while (queue.length > 0) {
-      if (pauseMs > 0) await clock.sleep(pauseMs)
+      const waitLeft = (options.cost?.maxPausedWaitMs ?? Infinity) - (clock.now() - queue[0]!.submittedAt)
+      if (Math.min(pauseMs, waitLeft) > 0) await clock.sleep(Math.min(pauseMs, waitLeft))
       pauseMs = 0
       await settle(queue.splice(0, batchSize()))
     }
@@ -81,7 +95,7 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
   return {
     submit(item: Item): Promise<Result> {
       return new Promise<Result>((resolve, reject) => {
-        queue.push({ item, resolve, reject })
+        queue.push({ item, submittedAt: clock.now(), resolve, reject })
         if (!draining) void drain()
       })
     },
@@ -97,12 +111,23 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
  */
 export function createKeyedBatcher<Item, Result>(keyOf: (item: Item) => string, run: (items: Item[]) => Promise<Result[]>, options: BatcherOptions<Item, Result>) {
   const lanes = new Map<string, { batcher: ReturnType<typeof createBatcher<Item, Result>>; waiting: number }>()
+  const clock = options.clock ?? systemClock
+  // The two keys that submitted last, each with its time (they differ): enough to tell whether any key besides a given one submitted lately.
+  let latest = { key: '', at: -Infinity }
+  let previous = { key: '', at: -Infinity }
+  const othersActive = (key: string) => () => {
+    const other = latest.key === key ? previous : latest
+    return clock.now() - other.at < (options.cost?.besideOthers?.withinMs ?? 0)
+  }
   return {
     async submit(item: Item): Promise<Result> {
       const key = keyOf(item)
+      const at = clock.now()
+      if (latest.key === key) latest.at = at
+      else [previous, latest] = [latest, { key, at }]
       let lane = lanes.get(key)
       if (!lane) {
-        lane = { batcher: createBatcher(run, options), waiting: 0 }
+        lane = { batcher: createBatcher(run, options, othersActive(key)), waiting: 0 }
         lanes.set(key, lane)
       }
       lane.waiting++

@@ -158,7 +158,60 @@ describe('createBatcher with a cost and a share', () => {
   })
 })
 
+describe('createBatcher with a cost, a share and a bound on the wait', () => {
+  test('a pause is cut short so that the next item waits no longer than `maxPausedWaitMs` in all', async () => {
+    let now = 0
+    const events: string[] = []
+    const batcher = createBatcher<number, number>(
+      async (items) => {
+        events.push(`batch ${items.join('+')}`)
+        now += 30
+        return items.map(() => 1000)
+      },
+      {
+        maxBatch: 1,
+        cost: { of: (_items, results) => results[0]!, max: 1000, share: 0.25, maxPausedWaitMs: 50 },
+        clock: { now: () => now, sleep: async (ms) => void (events.push(`pause ${ms}`), (now += ms)) },
+      },
+    )
+    await Promise.all([batcher.submit(1), batcher.submit(2), batcher.submit(3)])
+    // Items 2 and 3 are submitted while batch 1 runs (at 30 ms). The share asks 90 ms after each batch: item 2 may wait 50;
+    // item 3 has waited 80 ms when its turn comes, so it goes at once.
+    expect(events).toEqual(['batch 1', 'pause 50', 'batch 2', 'batch 3'])
+  })
+})
+
 describe('createKeyedBatcher', () => {
+  test("a wide lane takes `besideOthers.share` of the time while another key submitted within `withinMs`, and its own share (here: back to back) when alone", async () => {
+    let now = 0
+    const events: string[] = []
+    const batcher = createKeyedBatcher<string, number>(
+      (item) => item.split(':')[0]!,
+      async (items) => {
+        events.push(`batch ${items.join('+')}`)
+        now += 30
+        return items.map(() => 1000)
+      },
+      {
+        maxBatch: 1,
+        cost: { of: (_items, results) => results[0]!, max: 1000, share: 1, besideOthers: { share: 0.25, withinMs: 1000 } },
+        clock: { now: () => now, sleep: async (ms) => void (events.push(`pause ${ms}`), (now += ms)) },
+      },
+    )
+    await Promise.all([batcher.submit('wide:1'), batcher.submit('wide:2')])
+    expect(events).toEqual(['batch wide:1', 'batch wide:2'])
+    events.length = 0
+    await batcher.submit('quiet:1')
+    await Promise.all([batcher.submit('wide:3'), batcher.submit('wide:4'), batcher.submit('wide:5')])
+    // quiet submitted at 60 ms; wide:3 ended at 120 ms, wide:4 at 240 ms: both within a second of it, so 90 ms of pause after each.
+    expect(events).toEqual(['batch quiet:1', 'batch wide:3', 'pause 90', 'batch wide:4', 'pause 90', 'batch wide:5'])
+    events.length = 0
+    now += 2000
+    await Promise.all([batcher.submit('wide:6'), batcher.submit('wide:7')])
+    expect(events).toEqual(['batch wide:6', 'batch wide:7'])
+  })
+
+
   test("a slow batch of one key delays only that key's items: another key's are written beside it, batched among themselves", async () => {
     const batches: string[][] = []
     let releaseSlow!: () => void
