@@ -126,7 +126,11 @@ type Linger = Pick<BatcherOptions<unknown, unknown>, 'lingerMs' | 'lingerOnlyWit
  *
  * PostgreSQL answers over the network: the messages accepted while a batch is in flight go in
  * the next one, and a settlement statement aims at 2,000 deliveries on a connection of its own,
- * beside everyone else's statements (pausing between them did not shorten anyone's wait).
+ * beside everyone else's statements. An account's wide fan-out is written back to back while no
+ * other account settles messages; while another does (within the last second), its statements
+ * take a tenth of the time, so that they do not hold one of the machine's cores through the
+ * other account's every step: a healthy subscription's p99 beside another account's storm fell
+ * by a fifth to a half (docs/performance.md, issue 37, sixteenth pass).
  *
  * PGlite runs every statement on the server's one thread and answers before the event loop
  * turns, so no batch is ever in progress when the next request arrives: in a burst (the storm's
@@ -138,6 +142,10 @@ type Linger = Pick<BatcherOptions<unknown, unknown>, 'lingerMs' | 'lingerOnlyWit
  * only while their lane is busy. A fan-out's statements are smaller (500 deliveries, 20–30 ms)
  * and take at most half of the time, so that the worker's claims and records and other
  * accounts' settlements get turns in between.
+ *
+ * On both, no pause makes a settlement wait more than SETTLE_PAUSED_WAIT_MS in all: a lane that
+ * far behind writes back to back. A settlement waits in memory, and a message left queued for a
+ * minute is dispatched again by the catch-up (dispatchStaleQueuedMessages).
  */
 export interface MessageWrites {
   storeLinger: Linger
@@ -146,11 +154,16 @@ export interface MessageWrites {
   rowsPerStatement: number
   /** The share of the time a wide fan-out's statements may take (src/messages/batcher.ts, `cost.share`); 1: back to back. */
   fanOutShare: number
+  /** The share while another account settled messages within NEIGHBOUR_WITHIN_MS (`cost.besideOthers`). */
+  fanOutShareBesideOthers: number
 }
 
+const NEIGHBOUR_WITHIN_MS = 1000
+const SETTLE_PAUSED_WAIT_MS = 20_000
+
 export const MESSAGE_WRITES: Record<'postgres' | 'pglite', MessageWrites> = {
-  postgres: { storeLinger: {}, settleLinger: { lingerMs: 1 }, rowsPerStatement: 2000, fanOutShare: 1 },
-  pglite: { storeLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, settleLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, rowsPerStatement: 500, fanOutShare: 0.5 },
+  postgres: { storeLinger: {}, settleLinger: { lingerMs: 1 }, rowsPerStatement: 2000, fanOutShare: 1, fanOutShareBesideOthers: 0.1 },
+  pglite: { storeLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, settleLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, rowsPerStatement: 500, fanOutShare: 0.5, fanOutShareBesideOthers: 0.5 },
 }
 
 /** Records one settlement; resolves to the deliveries its batch queued, and the subscriptions they made due when few. */
@@ -194,7 +207,17 @@ export function createMessageSettler(db: Database, writes: MessageWrites = MESSA
     // statement. An account whose events fan out wide settles fewer messages per statement, so that each writes
     // about `rowsPerStatement` deliveries: 200 messages to 1,000 subscriptions were two statements of 5 and 13 s
     // (docs/performance.md, the storm), whose locks and commits stalled everyone else's deliveries.
-    { maxBatch: 256, ...writes.settleLinger, cost: { of: (_items, results) => results[0]?.count ?? 0, max: writes.rowsPerStatement, share: writes.fanOutShare } },
+    {
+      maxBatch: 256,
+      ...writes.settleLinger,
+      cost: {
+        of: (_items, results) => results[0]?.count ?? 0,
+        max: writes.rowsPerStatement,
+        share: writes.fanOutShare,
+        besideOthers: { share: writes.fanOutShareBesideOthers, withinMs: NEIGHBOUR_WITHIN_MS },
+        maxPausedWaitMs: SETTLE_PAUSED_WAIT_MS,
+      },
+    },
   )
   return batcher.submit
 }
@@ -206,6 +229,18 @@ export function createMessageSettler(db: Database, writes: MessageWrites = MESSA
  * stored with the event.
  */
 export async function dispatchMessage(deps: MessageDeps, message: Message): Promise<void> {
+  dispatching.add(message.id)
+  try {
+    await dispatchOnce(deps, message)
+  } finally {
+    dispatching.delete(message.id)
+  }
+}
+
+// Messages this process is dispatching: the catch-up leaves them alone however long their settlement waits in its lane.
+const dispatching = new Set<string>()
+
+async function dispatchOnce(deps: MessageDeps, message: Message): Promise<void> {
   const ids = { 'app.account.id': message.accountId, 'app.message.id': message.id }
   const parent = deps.tracing?.contextFrom({ traceparent: message.traceContext })
   await inSpan(deps.tracing, 'message dispatch', { kind: SpanKind.CLIENT, attributes: ids, parent }, async (dispatchSpan) => {
@@ -263,7 +298,9 @@ const STALE_QUEUED_SECONDS = 60
 /**
  * Dispatches messages left queued: by a process that stopped between accepting and dispatching,
  * or whose settlement could not be written for minutes. Runs at start and every minute
- * (startQueuedCatchUp).
+ * (startQueuedCatchUp). A message this process is still dispatching is not dispatched again (its
+ * settlement may wait in its account's lane behind a wide fan-out: createMessageSettler); one of
+ * another process is, once it has been queued for STALE_QUEUED_SECONDS.
  */
 export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<number> {
   const stale = await deps.db
@@ -271,8 +308,9 @@ export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<nu
     .from(messages)
     .where(and(eq(messages.status, 'queued'), lt(messages.createdAt, sql`now() - make_interval(secs => ${STALE_QUEUED_SECONDS})`)))
     .limit(1000)
-  await Promise.all(stale.map((message) => dispatchMessage(deps, message)))
-  return stale.length
+  const left = stale.filter((message) => !dispatching.has(message.id))
+  await Promise.all(left.map((message) => dispatchMessage(deps, message)))
+  return left.length
 }
 
 /**

@@ -209,4 +209,39 @@ describe('a process stopped between accepting and dispatching', () => {
     expect(untouched!.status).toBe('queued')
     expect((await db.select().from(events).where(eq(events.accountId, owner.accountId))).length).toBe(1)
   })
+
+  test('a message whose settlement this process holds in its lane (a neighbour\'s fan-out ahead of it) is not dispatched again by the catch-up, however long it has been queued', async () => {
+    const owner = await server.createAccountWithKey('Slow lane')
+    const storeMessage = createMessageStorer(db)
+    const admission = createAdmission({ holdMs: 0 })
+    const message = await acceptMessage({ storeMessage, admission }, owner.accountId, { to: '+14155550129', body: 'waits in its lane' })
+    await db.update(messages).set({ createdAt: sql`now() - interval '5 minutes'` }).where(eq(messages.id, message.id))
+    const carried: string[] = []
+    const carrier = { name: 'counting', deliver: async (to: string, body: string) => (carried.push(body), sandboxCarrier.deliver(to, body)) }
+    const settle = createMessageSettler(db)
+    let releaseLane!: () => void
+    const laneHeld = new Promise<void>((resolve) => (releaseLane = resolve))
+    // The first settlement (the dispatch below) waits in its lane until released; any later one goes at once.
+    let first = true
+    const settleMessage = async (settlement: Parameters<typeof settle>[0]) => {
+      if (first) {
+        first = false
+        await laneHeld
+      }
+      return settle(settlement)
+    }
+    const deps = { db, carrier, logger: createLogger('silent'), storeMessage, settleMessage, deliveriesQueued: () => {}, admission }
+    const dispatched = dispatchMessage(deps, { ...message, createdAt: new Date(Date.now() - 300_000) })
+    while (carried.length === 0) await Bun.sleep(5)
+    // Other tests' messages left queued a minute may be dispatched here too: only this one's carrier calls are counted.
+    const carriedThis = () => carried.filter((body) => body === 'waits in its lane').length
+    await dispatchStaleQueuedMessages(deps)
+    expect(carriedThis()).toBe(1)
+    releaseLane()
+    await dispatched
+    const [after] = await db.select().from(messages).where(eq(messages.id, message.id))
+    expect(after!.status).toBe('delivered')
+    await dispatchStaleQueuedMessages(deps)
+    expect(carriedThis()).toBe(1)
+  })
 })
