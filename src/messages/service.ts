@@ -129,8 +129,8 @@ type Linger = Pick<BatcherOptions<unknown, unknown>, 'lingerMs' | 'lingerOnlyWit
  * beside everyone else's statements. An account's wide fan-out is written back to back while no
  * other account settles messages; while another does (within the last second), its statements
  * take a tenth of the time, so that they do not hold one of the machine's cores through the
- * other account's every step: a healthy subscription's p99 beside another account's storm fell
- * by a fifth to a half (docs/performance.md, issue 37, sixteenth pass).
+ * other account's every step: a healthy subscription's p99 beside another account's storm, median
+ * of a 2-core machine's runs, went from 47 to 33 ms (docs/performance.md, issue 37, sixteenth pass).
  *
  * PGlite runs every statement on the server's one thread and answers before the event loop
  * turns, so no batch is ever in progress when the next request arrives: in a burst (the storm's
