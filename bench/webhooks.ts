@@ -806,11 +806,11 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   if (https) {
     await rig.receiver.listen(refusePort)
     await rig.receiver.heal()
-    if (PAUSED_BROKEN) await setStatus(rig, a, brokenHooks, 'active')
   } else {
     await inParallel(brokenHooks, 8, (h, j) => expectStatus(200, 'PATCH', `${rig.server.origin}${keyed(a, `/hooks/${h.id}`)}`, { body: { target_url: brokerTarget(BROKEN_KIND, 'recovered', String(j)) } }))
     log(`recovery: ${BROKEN} target_url PATCHed to ${what} at ${BROKEN_KIND === 'rabbitmq' ? RABBITMQ_URL.host : NATS_URL.host} in ${((performance.now() - r0) / 1000).toFixed(1)} s`)
   }
+  if (PAUSED_BROKEN) await setStatus(rig, a, brokenHooks, 'active')
   const groups = https ? ['refuse', 'hang'] : ['recovered']
   let delivered = 0
   let lastLog = r0

@@ -44,7 +44,7 @@ export interface BatcherOptions<Item, Result> {
 
 const systemClock = { now: () => performance.now(), sleep: (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)) }
 
-/** `othersActive`: whether another key submitted within `cost.besideOthers.withinMs` (given by createKeyedBatcher). */
+/** `othersActive`: whether another key submitted within `cost.besideOthers.withinMs`; createKeyedBatcher gives it, and without it `besideOthers` never applies. */
 export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Result[]>, options: BatcherOptions<Item, Result>, othersActive?: () => boolean) {
   type Waiting = { item: Item; submittedAt: number; resolve(result: Result): void; reject(error: unknown): void }
   const queue: Waiting[] = []
@@ -55,7 +55,7 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
   const batchSize = () => (!options.cost ? options.maxBatch : costPerItem > 0 ? Math.max(1, Math.min(options.maxBatch, Math.floor(options.cost.max / costPerItem))) : 1)
 
   const clock = options.clock ?? systemClock
-  // How long the lane waits before its next batch: set by a wide batch (`cost.share`).
+  // How long the lane waits before its next batch: set by a wide batch (`cost.share`, or `cost.besideOthers`).
   let pauseMs = 0
   let lastBatchEndedAt = -Infinity
 

@@ -129,8 +129,9 @@ type Linger = Pick<BatcherOptions<unknown, unknown>, 'lingerMs' | 'lingerOnlyWit
  * beside everyone else's statements. An account's wide fan-out is written back to back while no
  * other account settles messages; while another does (within the last second), its statements
  * take a tenth of the time, so that they do not hold one of the machine's cores through the
- * other account's every step: a healthy subscription's p99 beside another account's storm, median
- * of a 2-core machine's runs, went from 47 to 33 ms (docs/performance.md, issue 37, sixteenth pass).
+ * other account's every step: a healthy subscription's p99 beside another account's storm fell
+ * from 42.8 to 37.6 ms on average over four alternated pairs on a 2-core machine (docs/performance.md,
+ * issue 37, sixteenth pass).
  *
  * PGlite runs every statement on the server's one thread and answers before the event loop
  * turns, so no batch is ever in progress when the next request arrives: in a burst (the storm's
@@ -144,8 +145,8 @@ type Linger = Pick<BatcherOptions<unknown, unknown>, 'lingerMs' | 'lingerOnlyWit
  * accounts' settlements get turns in between.
  *
  * On both, no pause makes a settlement wait more than SETTLE_PAUSED_WAIT_MS in all: a lane that
- * far behind writes back to back. A settlement waits in memory, and a message left queued for a
- * minute is dispatched again by the catch-up (dispatchStaleQueuedMessages).
+ * far behind writes back to back. A settlement waits in memory, and a message left queued for
+ * STALE_QUEUED_SECONDS is dispatched again by another process's catch-up (dispatchStaleQueuedMessages).
  */
 export interface MessageWrites {
   storeLinger: Linger
@@ -292,8 +293,10 @@ async function settleWhileDatabaseAway(settle: MessageSettler, settlement: Settl
   }
 }
 
-// A message queued this long ago is not being dispatched by any live instance.
-const STALE_QUEUED_SECONDS = 60
+// A message queued this long ago is not being dispatched by any live process: longer than its settlement is retried while the
+// database is away (SETTLE_RETRY_FOR_MS) and than it may wait in its account's lane (SETTLE_PAUSED_WAIT_MS, then the
+// fan-out's statements ahead of it at full speed: a million deliveries took about 40 s on a 2-core machine).
+const STALE_QUEUED_SECONDS = 180
 
 /**
  * Dispatches messages left queued: by a process that stopped between accepting and dispatching,
@@ -303,10 +306,18 @@ const STALE_QUEUED_SECONDS = 60
  * another process is, once it has been queued for STALE_QUEUED_SECONDS.
  */
 export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<number> {
+  // Taken before the query: a dispatch that ends while the query runs may still be read as queued.
+  const ours = JSON.stringify([...dispatching])
   const stale = await deps.db
     .select()
     .from(messages)
-    .where(and(eq(messages.status, 'queued'), lt(messages.createdAt, sql`now() - make_interval(secs => ${STALE_QUEUED_SECONDS})`)))
+    .where(
+      and(
+        eq(messages.status, 'queued'),
+        lt(messages.createdAt, sql`now() - make_interval(secs => ${STALE_QUEUED_SECONDS})`),
+        sql`${messages.id} <> all(array(select jsonb_array_elements_text(${ours}::jsonb)))`,
+      ),
+    )
     .limit(1000)
   const left = stale.filter((message) => !dispatching.has(message.id))
   await Promise.all(left.map((message) => dispatchMessage(deps, message)))

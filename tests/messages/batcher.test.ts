@@ -159,7 +159,7 @@ describe('createBatcher with a cost and a share', () => {
 })
 
 describe('createBatcher with a cost, a share and a bound on the wait', () => {
-  test('a pause is cut short so that the next item waits no longer than `maxPausedWaitMs` in all', async () => {
+  test('a pause is cut short once the next item has waited `maxPausedWaitMs`, and skipped after that', async () => {
     let now = 0
     const events: string[] = []
     const batcher = createBatcher<number, number>(
@@ -190,6 +190,12 @@ describe('createKeyedBatcher', () => {
       async (items) => {
         events.push(`batch ${items.join('+')}`)
         now += 30
+        // A long batch, near whose end another key submits; wide:9 was submitted at its start, 3 s before.
+        if (items.includes('wide:8')) {
+          await Promise.resolve()
+          now += 3000
+          void batcher.submit('quiet:2')
+        }
         return items.map(() => 1000)
       },
       {
@@ -209,6 +215,10 @@ describe('createKeyedBatcher', () => {
     now += 2000
     await Promise.all([batcher.submit('wide:6'), batcher.submit('wide:7')])
     expect(events).toEqual(['batch wide:6', 'batch wide:7'])
+    events.length = 0
+    await Promise.all([batcher.submit('wide:8'), batcher.submit('wide:9')])
+    // wide:8 ran 3,060 ms (quiet:2's 30 within it): a quarter of the time asks three times that.
+    expect(events).toEqual(['batch wide:8', 'batch quiet:2', 'pause 9180', 'batch wide:9'])
   })
 
 

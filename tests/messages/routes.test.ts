@@ -221,11 +221,11 @@ describe('a process stopped between accepting and dispatching', () => {
     const settle = createMessageSettler(db)
     let releaseLane!: () => void
     const laneHeld = new Promise<void>((resolve) => (releaseLane = resolve))
-    // The first settlement (the dispatch below) waits in its lane until released; any later one goes at once.
-    let first = true
+    // This message's first settlement (the dispatch below) waits in its lane until released; any other goes at once.
+    let held = false
     const settleMessage = async (settlement: Parameters<typeof settle>[0]) => {
-      if (first) {
-        first = false
+      if (settlement.message_id === message.id && !held) {
+        held = true
         await laneHeld
       }
       return settle(settlement)
@@ -243,5 +243,27 @@ describe('a process stopped between accepting and dispatching', () => {
     expect(after!.status).toBe('delivered')
     await dispatchStaleQueuedMessages(deps)
     expect(carriedThis()).toBe(1)
+  })
+
+  test('a message whose dispatch failed is no longer counted as being dispatched: the catch-up sends it', async () => {
+    const owner = await server.createAccountWithKey('Failed dispatch')
+    const storeMessage = createMessageStorer(db)
+    const admission = createAdmission({ holdMs: 0 })
+    const message = await acceptMessage({ storeMessage, admission }, owner.accountId, { to: '+14155550130', body: 'first dispatch fails' })
+    await db.update(messages).set({ createdAt: sql`now() - interval '5 minutes'` }).where(eq(messages.id, message.id))
+    const settle = createMessageSettler(db)
+    let failed = false
+    const settleMessage = async (settlement: Parameters<typeof settle>[0]) => {
+      if (settlement.message_id === message.id && !failed) {
+        failed = true
+        throw new Error('a bug in the settlement, not the database being away')
+      }
+      return settle(settlement)
+    }
+    const deps = { db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage, deliveriesQueued: () => {}, admission }
+    await expect(dispatchMessage(deps, message)).rejects.toThrow('a bug in the settlement')
+    await dispatchStaleQueuedMessages(deps)
+    const [after] = await db.select().from(messages).where(eq(messages.id, message.id))
+    expect(after!.status).toBe('delivered')
   })
 })
