@@ -6,7 +6,7 @@ import { createLogger } from '../../src/lib/runtime/logger.ts'
 import { isId } from '../../src/lib/db/ids.ts'
 import { sandboxCarrier } from '../../src/messages/carrier.ts'
 import { createAdmission } from '../../src/messages/admission.ts'
-import { acceptMessage, createMessageSettler, createMessageStorer, dispatchMessage, dispatchStaleQueuedMessages } from '../../src/messages/service.ts'
+import { acceptMessage, createMessageSettler, createMessageStorer, dispatchMessage, dispatchStaleQueuedMessages, type MessageDeps } from '../../src/messages/service.ts'
 import { NARROW_FAN_OUT } from '../../src/messages/outbox.ts'
 import { authorizeAndRedeem, flowFixture } from '../oauth/support.ts'
 
@@ -194,14 +194,23 @@ describe('the wake after a settlement (src/delivery/dispatcher.ts)', () => {
 })
 
 describe('a process stopped between accepting and dispatching', () => {
-  test('messages left queued are dispatched at the next start, with their events', async () => {
-    const owner = await server.createAccountWithKey('Crashed')
+  /** A new account's message, stored as queued five minutes ago (past the catch-up's stale age), and the dependencies to dispatch with. */
+  async function queuedLongAgo(accountName: string, input: { to: string; body: string }) {
+    const owner = await server.createAccountWithKey(accountName)
     const storeMessage = createMessageStorer(db)
     const admission = createAdmission({ holdMs: 0 })
-    const stranded = await acceptMessage({ storeMessage, admission }, owner.accountId, { to: '+14155550127', body: 'left behind' })
-    await db.update(messages).set({ createdAt: sql`now() - interval '5 minutes'` }).where(eq(messages.id, stranded.id))
+    const message = await acceptMessage({ storeMessage, admission }, owner.accountId, input)
+    await db.update(messages).set({ createdAt: sql`now() - interval '5 minutes'` }).where(eq(messages.id, message.id))
+    const deps = (parts: Partial<Pick<MessageDeps, 'carrier' | 'settleMessage'>> = {}): MessageDeps => ({
+      db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage: createMessageSettler(db), deliveriesQueued: () => {}, admission, ...parts,
+    })
+    return { owner, storeMessage, admission, message, deps }
+  }
+
+  test('messages left queued are dispatched at the next start, with their events', async () => {
+    const { owner, storeMessage, admission, message: stranded, deps } = await queuedLongAgo('Crashed', { to: '+14155550127', body: 'left behind' })
     const fresh = await acceptMessage({ storeMessage, admission }, owner.accountId, { to: '+14155550128', body: 'still being sent' })
-    const count = await dispatchStaleQueuedMessages({ db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage: createMessageSettler(db), deliveriesQueued: () => {}, admission })
+    const count = await dispatchStaleQueuedMessages(deps())
     expect(count).toBeGreaterThanOrEqual(1)
     const [after] = await db.select().from(messages).where(eq(messages.id, stranded.id))
     expect(after!.status).toBe('delivered')
@@ -211,11 +220,7 @@ describe('a process stopped between accepting and dispatching', () => {
   })
 
   test('a message whose settlement this process holds in its lane (a neighbour\'s fan-out ahead of it) is not dispatched again by the catch-up, however long it has been queued', async () => {
-    const owner = await server.createAccountWithKey('Slow lane')
-    const storeMessage = createMessageStorer(db)
-    const admission = createAdmission({ holdMs: 0 })
-    const message = await acceptMessage({ storeMessage, admission }, owner.accountId, { to: '+14155550129', body: 'waits in its lane' })
-    await db.update(messages).set({ createdAt: sql`now() - interval '5 minutes'` }).where(eq(messages.id, message.id))
+    const { message, deps: depsWith } = await queuedLongAgo('Slow lane', { to: '+14155550129', body: 'waits in its lane' })
     const carried: string[] = []
     const carrier = { name: 'counting', deliver: async (to: string, body: string) => (carried.push(body), sandboxCarrier.deliver(to, body)) }
     const settle = createMessageSettler(db)
@@ -230,10 +235,10 @@ describe('a process stopped between accepting and dispatching', () => {
       }
       return settle(settlement)
     }
-    const deps = { db, carrier, logger: createLogger('silent'), storeMessage, settleMessage, deliveriesQueued: () => {}, admission }
+    const deps = depsWith({ carrier, settleMessage })
     const dispatched = dispatchMessage(deps, { ...message, createdAt: new Date(Date.now() - 300_000) })
     while (carried.length === 0) await Bun.sleep(5)
-    // Other tests' messages left queued a minute may be dispatched here too: only this one's carrier calls are counted.
+    // Other tests' messages queued past the stale age may be dispatched here too: only this one's carrier calls are counted.
     const carriedThis = () => carried.filter((body) => body === 'waits in its lane').length
     await dispatchStaleQueuedMessages(deps)
     expect(carriedThis()).toBe(1)
@@ -246,11 +251,7 @@ describe('a process stopped between accepting and dispatching', () => {
   })
 
   test('a message whose dispatch failed is no longer counted as being dispatched: the catch-up sends it', async () => {
-    const owner = await server.createAccountWithKey('Failed dispatch')
-    const storeMessage = createMessageStorer(db)
-    const admission = createAdmission({ holdMs: 0 })
-    const message = await acceptMessage({ storeMessage, admission }, owner.accountId, { to: '+14155550130', body: 'first dispatch fails' })
-    await db.update(messages).set({ createdAt: sql`now() - interval '5 minutes'` }).where(eq(messages.id, message.id))
+    const { message, deps: depsWith } = await queuedLongAgo('Failed dispatch', { to: '+14155550130', body: 'first dispatch fails' })
     const settle = createMessageSettler(db)
     let failed = false
     const settleMessage = async (settlement: Parameters<typeof settle>[0]) => {
@@ -260,7 +261,7 @@ describe('a process stopped between accepting and dispatching', () => {
       }
       return settle(settlement)
     }
-    const deps = { db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage, deliveriesQueued: () => {}, admission }
+    const deps = depsWith({ settleMessage })
     await expect(dispatchMessage(deps, message)).rejects.toThrow('a bug in the settlement')
     await dispatchStaleQueuedMessages(deps)
     const [after] = await db.select().from(messages).where(eq(messages.id, message.id))
