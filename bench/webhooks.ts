@@ -47,7 +47,7 @@
  *           and delivered count (target p99 < 100 ms, PGlite 250, all delivered); on PostgreSQL also
  *           where B's time went per stage from the database's clocks (message, event and attempt rows)
  *           and per two seconds of the storm, the worker's claims meanwhile, and how many due subscriptions were ahead of B's
- *           (hook_queues, sampled every 20 ms). Then the broken
+ *           (hook_queues, sampled every 100 ms). Then the broken
  *           receivers recover (a healthy listener on the closed port, the hanging one answers 204)
  *           and the bench waits up to --recover-seconds (300) for every broken delivery. A broker kind recovers by PATCHing every broken
  *           subscription's target_url to the running broker (the machine's one cannot be stopped and
@@ -720,6 +720,11 @@ async function destinations(rig: Rig, summary: Summary): Promise<void> {
   })
 }
 
+// How often the storm samples hook_queues. Its query reads every due subscription and costs PostgreSQL
+// ~0.8 ms beside the storm: every 20 ms that was ~0.8 s per run, in the storm only (docs/performance.md,
+// issue 37, seventeenth pass).
+const QUEUE_SAMPLE_MS = 100
+
 async function storm(rig: Rig, summary: Summary): Promise<void> {
   const [a, b] = (await makeAccounts(rig, 2)) as [Account, Account]
   const refusePort = freePort()
@@ -759,7 +764,7 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
         from hook_queues q, (select qb.due_at from hook_queues qb join hooks h on h.id = qb.hook_id where h.account_id = ${b.id}) b`
       dueSamples.push(Number(row!.due))
       if (row!.b_due) aheadOfB.push(Number(row!.ahead))
-      await sleep(20)
+      await sleep(QUEUE_SAMPLE_MS)
     }
   })()
   const healthy = await measure(rig, {
@@ -787,7 +792,7 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   log(`  the delivery worker's claims meanwhile: ${fmtInt(claims)}, p99 ${histogramP99(claimsBefore, claimsAfter)} (the metrics' histogram bucket)`)
   if (dueSamples.length) {
     const due = percentiles(dueSamples)
-    log(`  subscriptions due at once (hook_queues, sampled every 20 ms, ${dueSamples.length} samples): p50 ${fmtInt(due.p50)}, p99 ${fmtInt(due.p99)}, max ${fmtInt(Math.max(...dueSamples))}`)
+    log(`  subscriptions due at once (hook_queues, sampled every ${QUEUE_SAMPLE_MS} ms, ${dueSamples.length} samples): p50 ${fmtInt(due.p50)}, p99 ${fmtInt(due.p99)}, max ${fmtInt(Math.max(...dueSamples))}`)
     const ahead = percentiles(aheadOfB)
     log(`  B's subscription found due in ${aheadOfB.length} samples; due subscriptions ahead of it then: p50 ${fmtInt(ahead.p50)}, p99 ${fmtInt(ahead.p99)}`)
   }
