@@ -720,7 +720,7 @@ async function destinations(rig: Rig, summary: Summary): Promise<void> {
   })
 }
 
-// How often the storm samples hook_queues. Its query reads every due subscription and costs PostgreSQL
+// How often the storm samples hook_queues. Its query reads every row of hook_queues and costs PostgreSQL
 // ~0.8 ms beside the storm: every 20 ms that was ~0.8 s per run, in the storm only (docs/performance.md,
 // issue 37, seventeenth pass).
 const QUEUE_SAMPLE_MS = 100
