@@ -407,9 +407,9 @@ function subscribe(rig: Rig, wanted: Array<Omit<Hook, 'id'>>, parallel = 16): Pr
   return inParallel(wanted, parallel, async (w) => ({ ...w, id: (await expectStatus(201, 'POST', `${rig.server.origin}${keyed(w.account, '/hooks')}`, { body: { event: w.event, target_url: w.url } })).id }))
 }
 
-/** Pauses or resumes subscriptions through the API, 8 at a time. */
-async function setStatus(rig: Rig, account: Account, hooks: Hook[], status: 'active' | 'paused'): Promise<void> {
-  await inParallel(hooks, 8, (h) => expectStatus(200, 'PATCH', `${rig.server.origin}${keyed(account, `/hooks/${h.id}`)}`, { body: { status } }))
+/** PATCHes each of an account's subscriptions through the API, 8 at a time, with the body `bodyOf` gives it. */
+async function patchHooks(rig: Rig, account: Account, hooks: Hook[], bodyOf: (index: number) => Record<string, unknown>): Promise<void> {
+  await inParallel(hooks, 8, (h, j) => expectStatus(200, 'PATCH', `${rig.server.origin}${keyed(account, `/hooks/${h.id}`)}`, { body: bodyOf(j) }))
 }
 
 /** Deletes and makes again (deleting cancels their pending deliveries): a clean start after a phase that did not drain. */
@@ -739,7 +739,7 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   }))
   const t0 = performance.now()
   const brokenHooks = await subscribe(rig, broken, 4)
-  if (PAUSED_BROKEN) await setStatus(rig, a, brokenHooks, 'paused')
+  if (PAUSED_BROKEN) await patchHooks(rig, a, brokenHooks, () => ({ status: 'paused' }))
   await subscribe(rig, [{ account: b, event: 'message.delivered', url: `${rig.receiver.origin}/healthy` }])
   const what = https ? 'HTTPS' : BROKEN_KIND === 'rabbitmq' ? 'RabbitMQ (amqp://)' : 'NATS (nats://)'
   log(`account A: ${BROKEN} ${what} subscriptions to message.failed (${REFUSED} at closed port ${refusePort}, ${BROKEN - REFUSED} at a ${https ? 'TLS' : 'TCP'} listener on ${hangPort} that never answers)${PAUSED_BROKEN ? ', paused' : ''}, made in ${((performance.now() - t0) / 1000).toFixed(1)} s; account B: one healthy HTTPS subscription`)
@@ -812,10 +812,10 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
     await rig.receiver.listen(refusePort)
     await rig.receiver.heal()
   } else {
-    await inParallel(brokenHooks, 8, (h, j) => expectStatus(200, 'PATCH', `${rig.server.origin}${keyed(a, `/hooks/${h.id}`)}`, { body: { target_url: brokerTarget(BROKEN_KIND, 'recovered', String(j)) } }))
+    await patchHooks(rig, a, brokenHooks, (j) => ({ target_url: brokerTarget(BROKEN_KIND, 'recovered', String(j)) }))
     log(`recovery: ${BROKEN} target_url PATCHed to ${what} at ${BROKEN_KIND === 'rabbitmq' ? RABBITMQ_URL.host : NATS_URL.host} in ${((performance.now() - r0) / 1000).toFixed(1)} s`)
   }
-  if (PAUSED_BROKEN) await setStatus(rig, a, brokenHooks, 'active')
+  if (PAUSED_BROKEN) await patchHooks(rig, a, brokenHooks, () => ({ status: 'active' }))
   const groups = https ? ['refuse', 'hang'] : ['recovered']
   let delivered = 0
   let lastLog = r0

@@ -221,7 +221,6 @@ describe('createKeyedBatcher', () => {
     expect(events).toEqual(['batch wide:8', 'batch quiet:2', 'pause 9180', 'batch wide:9'])
   })
 
-
   test("a slow batch of one key delays only that key's items: another key's are written beside it, batched among themselves", async () => {
     const batches: string[][] = []
     let releaseSlow!: () => void
