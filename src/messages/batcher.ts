@@ -20,9 +20,10 @@
  * back to back left no turn to anyone else's statements (docs/performance.md, issue 37). With
  * `cost.besideOthers`, a lane of createKeyedBatcher takes that share instead while another key
  * has submitted within `withinMs`: a fan-out yields to other accounts' work while there is some,
- * and goes at full speed alone (docs/performance.md, issue 37, sixteenth pass). No pause makes
- * the lane's next item wait longer than `maxPausedWaitMs` in all: a lane that far behind writes
- * back to back.
+ * and goes at full speed alone (docs/performance.md, issue 37, sixteenth pass). A pause follows
+ * the share that applies while it lasts: once the other keys have been quiet for `withinMs`, it
+ * is cut to the lane's own share. No pause makes the lane's next item wait longer than
+ * `maxPausedWaitMs` in all: a lane that far behind writes back to back.
  *
  * A batch that fails is retried one item at a time, so one bad item fails alone.
  */
@@ -44,8 +45,12 @@ export interface BatcherOptions<Item, Result> {
 
 const systemClock = { now: () => performance.now(), sleep: (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)) }
 
-/** `othersActive`: whether another key submitted within `cost.besideOthers.withinMs`; createKeyedBatcher gives it, and without it `besideOthers` never applies. */
-export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Result[]>, options: BatcherOptions<Item, Result>, othersActive?: () => boolean) {
+/**
+ * `othersActiveFor`: how much longer another key counts as active (it submitted within
+ * `cost.besideOthers.withinMs`), 0 when none does; createKeyedBatcher gives it, and without it
+ * `besideOthers` never applies.
+ */
+export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Result[]>, options: BatcherOptions<Item, Result>, othersActiveFor?: () => number) {
   type Waiting = { item: Item; submittedAt: number; resolve(result: Result): void; reject(error: unknown): void }
   const queue: Waiting[] = []
   let draining = false
@@ -55,8 +60,8 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
   const batchSize = () => (!options.cost ? options.maxBatch : costPerItem > 0 ? Math.max(1, Math.min(options.maxBatch, Math.floor(options.cost.max / costPerItem))) : 1)
 
   const clock = options.clock ?? systemClock
-  // How long the lane waits before its next batch: set by a wide batch (`cost.share`, or `cost.besideOthers`).
-  let pauseMs = 0
+  // How long the last batch ran, if it was wide (half of `cost.max` or more): the pause before the next one follows from it.
+  let wideBatchMs = 0
   let lastBatchEndedAt = -Infinity
 
   const settle = async (batch: Waiting[]) => {
@@ -67,8 +72,7 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
       if (options.cost) {
         const cost = options.cost.of(items, results)
         costPerItem = cost / batch.length
-        const share = options.cost.besideOthers && othersActive?.() ? options.cost.besideOthers.share : options.cost.share
-        if (share && share < 1 && cost >= options.cost.max / 2) pauseMs = ((clock.now() - startedAt) * (1 - share)) / share
+        if (cost >= options.cost.max / 2) wideBatchMs = clock.now() - startedAt
       }
       batch.forEach((waiting, index) => waiting.resolve(results[index]!))
     } catch (error) {
@@ -77,17 +81,28 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
     }
   }
 
+  // How long to sleep next before the batch after a wide one (0: go). The share is looked at again after each sleep, and a
+  // sleep ends when the other keys may have gone quiet, so a pause follows the share that applies while it lasts.
+  const pauseLeft = (batchMs: number, pausedAt: number) => {
+    if (!options.cost) return 0
+    const othersFor = options.cost.besideOthers ? (othersActiveFor?.() ?? 0) : 0
+    const share = othersFor > 0 ? options.cost.besideOthers!.share : options.cost.share
+    const pauseMs = share && share < 1 ? (batchMs * (1 - share)) / share : 0
+    const left = Math.min(pausedAt + pauseMs, queue[0]!.submittedAt + (options.cost.maxPausedWaitMs ?? Infinity)) - clock.now()
+    return left <= 0 ? 0 : othersFor > 0 ? Math.min(left, othersFor) : left
+  }
+
   const drain = async () => {
     draining = true
     const quietSince = clock.now() - lastBatchEndedAt
     if (options.lingerMs && (options.lingerOnlyWithinMs === undefined || quietSince < options.lingerOnlyWithinMs)) await clock.sleep(options.lingerMs)
     while (queue.length > 0) {
-      const waitLeft = (options.cost?.maxPausedWaitMs ?? Infinity) - (clock.now() - queue[0]!.submittedAt)
-      if (Math.min(pauseMs, waitLeft) > 0) await clock.sleep(Math.min(pauseMs, waitLeft))
-      pauseMs = 0
+      const [batchMs, pausedAt] = [wideBatchMs, clock.now()]
+      wideBatchMs = 0
+      for (let sleepMs = pauseLeft(batchMs, pausedAt); sleepMs > 0; sleepMs = pauseLeft(batchMs, pausedAt)) await clock.sleep(sleepMs)
       await settle(queue.splice(0, batchSize()))
     }
-    pauseMs = 0
+    wideBatchMs = 0
     lastBatchEndedAt = clock.now()
     draining = false
   }
@@ -115,9 +130,9 @@ export function createKeyedBatcher<Item, Result>(keyOf: (item: Item) => string, 
   // The two keys that submitted last, each with its time (they differ): enough to tell whether any key besides a given one submitted lately.
   let latest = { key: '', at: -Infinity }
   let previous = { key: '', at: -Infinity }
-  const othersActive = (key: string) => () => {
+  const othersActiveFor = (key: string) => () => {
     const other = latest.key === key ? previous : latest
-    return clock.now() - other.at < (options.cost?.besideOthers?.withinMs ?? 0)
+    return Math.max(0, other.at + (options.cost?.besideOthers?.withinMs ?? 0) - clock.now())
   }
   return {
     async submit(item: Item): Promise<Result> {
@@ -127,7 +142,7 @@ export function createKeyedBatcher<Item, Result>(keyOf: (item: Item) => string, 
       else [previous, latest] = [latest, { key, at }]
       let lane = lanes.get(key)
       if (!lane) {
-        lane = { batcher: createBatcher(run, options, othersActive(key)), waiting: 0 }
+        lane = { batcher: createBatcher(run, options, othersActiveFor(key)), waiting: 0 }
         lanes.set(key, lane)
       }
       lane.waiting++

@@ -182,7 +182,7 @@ describe('createBatcher with a cost, a share and a bound on the wait', () => {
 })
 
 describe('createKeyedBatcher', () => {
-  test("a wide lane takes `besideOthers.share` of the time while another key submitted within `withinMs`, and its own share (here: back to back) when alone", async () => {
+  test("a wide lane takes `besideOthers.share` of the time while another key submitted within `withinMs`, and its own share (here: back to back) when alone, from the moment the other goes quiet", async () => {
     let now = 0
     const events: string[] = []
     const batcher = createKeyedBatcher<string, number>(
@@ -217,8 +217,44 @@ describe('createKeyedBatcher', () => {
     expect(events).toEqual(['batch wide:6', 'batch wide:7'])
     events.length = 0
     await Promise.all([batcher.submit('wide:8'), batcher.submit('wide:9')])
-    // wide:8 ran 3,060 ms (quiet:2's 30 within it): a quarter of the time asks three times that.
-    expect(events).toEqual(['batch wide:8', 'batch quiet:2', 'pause 9180', 'batch wide:9'])
+    // wide:8 ran 3,060 ms (quiet:2's 30 within it): a quarter of the time asks three times that, 9,180 ms. But quiet:2 was
+    // submitted as wide:8 ended and nothing after it, so the pause lasts only until quiet has been quiet for a second.
+    expect(events).toEqual(['batch wide:8', 'batch quiet:2', 'pause 970', 'batch wide:9'])
+  })
+
+  test('while another key keeps submitting, a pause is looked at again each time that key might have gone quiet, and runs its full length', async () => {
+    let now = 0
+    const sleeps: number[] = []
+    const starts: Record<string, number> = {}
+    let quietSubmits = 0
+    const batcher = createKeyedBatcher<string, number>(
+      (item) => item.split(':')[0]!,
+      async (items) => {
+        starts[items.join('+')] = now
+        // The wide key's batches run 1,000 ms, and the quiet key submits as the first ends; the quiet key's take no time.
+        if (items[0]!.startsWith('wide')) now += 1000
+        if (items[0] === 'wide:1') void batcher.submit('quiet:1')
+        return items.map((item) => (item.startsWith('wide') ? 1000 : 1))
+      },
+      {
+        maxBatch: 1,
+        cost: { of: (_items, results) => results[0]!, max: 1000, share: 1, besideOthers: { share: 0.25, withinMs: 1000 } },
+        clock: {
+          now: () => now,
+          sleep: async (ms) => {
+            sleeps.push(ms)
+            now += ms
+            // The quiet key submits again at the end of each of the first two sleeps.
+            if (quietSubmits++ < 2) await batcher.submit('quiet:more')
+          },
+        },
+      },
+    )
+    await Promise.all([batcher.submit('wide:1'), batcher.submit('wide:2')])
+    // A quarter of the time beside others asks 3,000 ms after wide:1's 1,000. Each sleep ends when quiet might have gone quiet;
+    // it has not (it submitted at the end of each), so the pause runs its full length, in steps of at most a second.
+    expect(sleeps).toEqual([1000, 1000, 1000])
+    expect(starts['wide:2']! - (starts['wide:1']! + 1000)).toBe(3000)
   })
 
   test("a slow batch of one key delays only that key's items: another key's are written beside it, batched among themselves", async () => {
