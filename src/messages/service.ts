@@ -1,4 +1,4 @@
-import { and, desc, eq, gte, lt, sql } from 'drizzle-orm'
+import { and, desc, eq, gte, inArray, isNull, lt, or, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { createBatcher, createKeyedBatcher, type BatcherOptions } from './batcher.ts'
@@ -32,6 +32,8 @@ export interface MessageDeps {
   deliveriesQueued(hookIds?: readonly string[]): void
   /** Holds an account's new messages while its deliveries are behind (src/messages/admission.ts). */
   admission: Admission
+  /** The messages this process is dispatching (dispatchMessage): its catch-up renews their leases every minute, however long their settlements wait in their lanes. */
+  dispatching: Set<string>
   /** Set when traces are on (docs/operations.md#traces): accepting, dispatching and settling are spans of the request's trace. */
   tracing?: Tracing
 }
@@ -94,7 +96,7 @@ export async function acceptMessage(deps: Pick<MessageDeps, 'storeMessage' | 'ad
     await deps.admission.admit(accountId)
     const now = new Date()
     const message: Message = {
-      id, accountId, direction: 'outbound', contact: input.to, body: input.body, status: 'queued', error: null, createdAt: now, updatedAt: now,
+      id, accountId, direction: 'outbound', contact: input.to, body: input.body, status: 'queued', error: null, createdAt: now, updatedAt: now, dispatchLeaseUntil: null,
       // Stored with the message: its dispatch continues this trace even in another process, after a restart.
       traceContext: span ? deps.tracing!.traceparentOf(span) : null,
     }
@@ -230,16 +232,13 @@ export function createMessageSettler(db: Database, writes: MessageWrites = MESSA
  * stored with the event.
  */
 export async function dispatchMessage(deps: MessageDeps, message: Message): Promise<void> {
-  dispatching.add(message.id)
+  deps.dispatching.add(message.id)
   try {
     await dispatchOnce(deps, message)
   } finally {
-    dispatching.delete(message.id)
+    deps.dispatching.delete(message.id)
   }
 }
-
-// Messages this process is dispatching: the catch-up leaves them alone however long their settlement waits in its lane.
-const dispatching = new Set<string>()
 
 async function dispatchOnce(deps: MessageDeps, message: Message): Promise<void> {
   const ids = { 'app.account.id': message.accountId, 'app.message.id': message.id }
@@ -293,35 +292,46 @@ async function settleWhileDatabaseAway(settle: MessageSettler, settlement: Settl
   }
 }
 
-// A message queued this long ago is not being dispatched by any live process: longer than its settlement is retried while the
-// database is away (SETTLE_RETRY_FOR_MS) and than it may wait in its account's lane (SETTLE_PAUSED_WAIT_MS, then the
-// fan-out's statements ahead of it at full speed: a million deliveries took about 40 s on a 2-core machine).
+// A message queued this long ago, with no lease in force, is not being dispatched by any live process: longer than its
+// settlement is retried while the database is away (SETTLE_RETRY_FOR_MS). A lease lasts as long, and is renewed every
+// minute (CATCH_UP_INTERVAL_MS), so a dispatch outlives two sweeps that could not write.
 const STALE_QUEUED_SECONDS = 180
 
 /**
  * Dispatches messages left queued: by a process that stopped between accepting and dispatching,
  * or whose settlement could not be written for minutes. Runs at start and every minute
- * (startQueuedCatchUp). A message this process is still dispatching is not dispatched again (its
- * settlement may wait in its account's lane behind a wide fan-out: createMessageSettler); one of
- * another process is, once it has been queued for STALE_QUEUED_SECONDS.
+ * (startQueuedCatchUp), in every process. First it renews the lease of each message this process
+ * is still dispatching (its settlement may wait in its account's lane behind a wide fan-out:
+ * createMessageSettler), then takes the messages queued for STALE_QUEUED_SECONDS whose lease has
+ * run out, leasing them in the same statement and passing over rows another process is taking, so
+ * that two processes starting together never both call the carrier for one message.
  */
 export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<number> {
-  // Taken before the query: a dispatch that ends while the query runs may still be read as queued. Only this sweep
-  // dispatches stale messages, and its runs never overlap (src/lib/runtime/sweep.ts), so none starts meanwhile.
-  const ours = JSON.stringify([...dispatching])
-  const stale = await deps.db
-    .select()
+  const lease = sql`now() + make_interval(secs => ${STALE_QUEUED_SECONDS})`
+  // Taken before the renewal: a dispatch that ends meanwhile only has its settled row left alone (status is no longer queued).
+  // Only this sweep dispatches stale messages, and its runs never overlap (src/lib/runtime/sweep.ts), so none starts meanwhile.
+  const ours = [...deps.dispatching]
+  if (ours.length > 0) {
+    await deps.db
+      .update(messages)
+      .set({ dispatchLeaseUntil: lease })
+      .where(and(eq(messages.status, 'queued'), sql`${messages.id} = any(array(select jsonb_array_elements_text(${JSON.stringify(ours)}::jsonb)))`))
+  }
+  const stale = deps.db
+    .select({ id: messages.id })
     .from(messages)
     .where(
       and(
         eq(messages.status, 'queued'),
         lt(messages.createdAt, sql`now() - make_interval(secs => ${STALE_QUEUED_SECONDS})`),
-        sql`${messages.id} <> all(array(select jsonb_array_elements_text(${ours}::jsonb)))`,
+        or(isNull(messages.dispatchLeaseUntil), lt(messages.dispatchLeaseUntil, sql`now()`)),
       ),
     )
     .limit(1000)
-  await Promise.all(stale.map((message) => dispatchMessage(deps, message)))
-  return stale.length
+    .for('update', { skipLocked: true })
+  const taken = await deps.db.update(messages).set({ dispatchLeaseUntil: lease }).where(inArray(messages.id, stale)).returning()
+  await Promise.all(taken.map((message) => dispatchMessage(deps, message)))
+  return taken.length
 }
 
 /**
@@ -337,7 +347,7 @@ export async function receiveInboundMessage(
   const id = newId('msg')
   return inSpan(deps.tracing, 'message receive', { attributes: { 'app.account.id': accountId, 'app.message.id': id } }, async (span) => {
     const traceContext = span ? deps.tracing!.traceparentOf(span) : null
-    const message: Message = { id, accountId, direction: 'inbound', contact: input.from, body: input.body, status: 'received', error: null, createdAt: now, updatedAt: now, traceContext }
+    const message: Message = { id, accountId, direction: 'inbound', contact: input.from, body: input.body, status: 'received', error: null, createdAt: now, updatedAt: now, dispatchLeaseUntil: null, traceContext }
     const { pending } = buildEvent({ accountId, type: 'message.inbound', message: toMessageResource(message) })
     span?.setAttributes({ 'app.event.id': pending.id, 'app.event.type': pending.type })
     const [row] = await queryRows<QueuedDeliveries>(

@@ -178,7 +178,7 @@ describe('the wake after a settlement (src/delivery/dispatcher.ts)', () => {
     const storeMessage = createMessageStorer(db)
     const admission = createAdmission({ holdMs: 0 })
     const wakes: (readonly string[] | undefined)[] = []
-    const deps = { db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage: createMessageSettler(db), deliveriesQueued: (hookIds?: readonly string[]) => void wakes.push(hookIds), admission }
+    const deps = { db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage: createMessageSettler(db), deliveriesQueued: (hookIds?: readonly string[]) => void wakes.push(hookIds), admission, dispatching: new Set<string>() }
     const send = async () => dispatchMessage(deps, await acceptMessage({ storeMessage, admission }, owner.accountId, { to: '+14155550129', body: 'wake' }))
     const active: string[] = []
     for (let i = 0; i < NARROW_FAN_OUT; i++) active.push(await subscribe(owner, 'message.delivered', `woken-${i}`))
@@ -202,7 +202,7 @@ describe('a process stopped between accepting and dispatching', () => {
     const message = await acceptMessage({ storeMessage, admission }, owner.accountId, input)
     await db.update(messages).set({ createdAt: sql`now() - interval '5 minutes'` }).where(eq(messages.id, message.id))
     const deps = (parts: Partial<Pick<MessageDeps, 'carrier' | 'settleMessage'>> = {}): MessageDeps => ({
-      db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage: createMessageSettler(db), deliveriesQueued: () => {}, admission, ...parts,
+      db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage: createMessageSettler(db), deliveriesQueued: () => {}, admission, dispatching: new Set(), ...parts,
     })
     return { owner, storeMessage, admission, message, deps }
   }
@@ -219,14 +219,16 @@ describe('a process stopped between accepting and dispatching', () => {
     expect((await db.select().from(events).where(eq(events.accountId, owner.accountId))).length).toBe(1)
   })
 
-  test('a message whose settlement this process holds in its lane (a neighbour\'s fan-out ahead of it) is not dispatched again by the catch-up, however long it has been queued', async () => {
-    const { message, deps: depsWith } = await queuedLongAgo('Slow lane', { to: '+14155550129', body: 'waits in its lane' })
+  /**
+   * A carrier that counts its calls for one body (other tests' messages queued past the stale age may be dispatched
+   * too), and a settlement whose first call for the message waits in its lane until released; any other goes at once.
+   */
+  function heldInLane(message: { id: string; body: string }) {
     const carried: string[] = []
     const carrier = { name: 'counting', deliver: async (to: string, body: string) => (carried.push(body), sandboxCarrier.deliver(to, body)) }
     const settle = createMessageSettler(db)
-    let releaseLane!: () => void
-    const laneHeld = new Promise<void>((resolve) => (releaseLane = resolve))
-    // This message's first settlement (the dispatch below) waits in its lane until released; any other goes at once.
+    let release!: () => void
+    const laneHeld = new Promise<void>((resolve) => (release = resolve))
     let held = false
     const settleMessage = async (settlement: Parameters<typeof settle>[0]) => {
       if (settlement.message_id === message.id && !held) {
@@ -235,19 +237,57 @@ describe('a process stopped between accepting and dispatching', () => {
       }
       return settle(settlement)
     }
-    const deps = depsWith({ carrier, settleMessage })
-    const dispatched = dispatchMessage(deps, { ...message, createdAt: new Date(Date.now() - 300_000) })
-    while (carried.length === 0) await Bun.sleep(5)
-    // Other tests' messages queued past the stale age may be dispatched here too: only this one's carrier calls are counted.
-    const carriedThis = () => carried.filter((body) => body === 'waits in its lane').length
+    return { carrier, settleMessage, release, carrierCalls: () => carried.filter((body) => body === message.body).length }
+  }
+
+  test('a message whose settlement this process holds in its lane (a neighbour\'s fan-out ahead of it) is not dispatched again by the catch-up, however long it has been queued', async () => {
+    const { message, deps: depsWith } = await queuedLongAgo('Slow lane', { to: '+14155550129', body: 'waits in its lane' })
+    const lane = heldInLane(message)
+    const deps = depsWith(lane)
+    const dispatched = dispatchMessage(deps, message)
+    while (lane.carrierCalls() === 0) await Bun.sleep(5)
     await dispatchStaleQueuedMessages(deps)
-    expect(carriedThis()).toBe(1)
-    releaseLane()
+    expect(lane.carrierCalls()).toBe(1)
+    lane.release()
     await dispatched
     const [after] = await db.select().from(messages).where(eq(messages.id, message.id))
     expect(after!.status).toBe('delivered')
     await dispatchStaleQueuedMessages(deps)
-    expect(carriedThis()).toBe(1)
+    expect(lane.carrierCalls()).toBe(1)
+  })
+
+  test("another process's catch-up leaves a message alone while this one renews its lease, and takes it once the lease has run out (this process stopped)", async () => {
+    const { message, deps: depsWith } = await queuedLongAgo('Two processes', { to: '+14155550131', body: 'leased by the first' })
+    const lane = heldInLane(message)
+    // Two processes of the service: each its own set of messages in dispatch.
+    const first = depsWith(lane)
+    const second = { ...depsWith({ carrier: lane.carrier }), dispatching: new Set<string>() }
+    const dispatched = dispatchMessage(first, message)
+    while (lane.carrierCalls() === 0) await Bun.sleep(5)
+    // The first process's sweep renews the lease of the message it is dispatching.
+    await dispatchStaleQueuedMessages(first)
+    const [leased] = await db.select().from(messages).where(eq(messages.id, message.id))
+    expect(leased!.dispatchLeaseUntil!.getTime()).toBeGreaterThan(Date.now() + 170_000)
+    await dispatchStaleQueuedMessages(second)
+    expect(lane.carrierCalls()).toBe(1)
+    // The first process stops (its settlement never comes): no one renews the lease, and once it has run out the second takes the message.
+    await db.update(messages).set({ dispatchLeaseUntil: sql`now() - interval '1 second'` }).where(eq(messages.id, message.id))
+    await dispatchStaleQueuedMessages(second)
+    expect(lane.carrierCalls()).toBe(2)
+    const [after] = await db.select().from(messages).where(eq(messages.id, message.id))
+    expect(after!.status).toBe('delivered')
+    lane.release()
+    await dispatched
+  })
+
+  test('two processes whose catch-ups run at once (both started together) call the carrier once for each message left queued', async () => {
+    const { message, deps: depsWith } = await queuedLongAgo('Started together', { to: '+14155550132', body: 'left for two processes' })
+    const lane = heldInLane({ id: '', body: message.body })
+    const processes = [depsWith({ carrier: lane.carrier }), { ...depsWith({ carrier: lane.carrier }), dispatching: new Set<string>() }]
+    await Promise.all(processes.map((deps) => dispatchStaleQueuedMessages(deps)))
+    expect(lane.carrierCalls()).toBe(1)
+    const [after] = await db.select().from(messages).where(eq(messages.id, message.id))
+    expect(after!.status).toBe('delivered')
   })
 
   test('a message whose dispatch failed is no longer counted as being dispatched: the catch-up sends it', async () => {

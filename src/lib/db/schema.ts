@@ -345,6 +345,12 @@ export const messages = pgTable(
     updatedAt: timestamp('updated_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
     /** The W3C traceparent of the span that accepted it, when traces are on: its dispatch continues that trace, in whichever process (docs/operations.md#traces). */
     traceContext: text('trace_context'),
+    /**
+     * While in the future, a live process is dispatching this queued message (its settlement may wait in its account's
+     * lane behind a wide fan-out), and no other process's catch-up takes it: set when the catch-up takes it, renewed
+     * every minute while it waits (src/messages/service.ts, dispatchStaleQueuedMessages).
+     */
+    dispatchLeaseUntil: timestamp('dispatch_lease_until', { withTimezone: true, mode: 'date' }),
   },
   (table) => [index('messages_account_id_idx').on(table.accountId, table.id), index('messages_queued_idx').on(table.createdAt).where(sql`${table.status} = 'queued'`)],
 )
