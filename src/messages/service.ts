@@ -308,8 +308,8 @@ const STALE_QUEUED_SECONDS = 180
  */
 export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<number> {
   const lease = sql`now() + make_interval(secs => ${STALE_QUEUED_SECONDS})`
-  // Taken before the renewal: a dispatch that ends meanwhile only has its settled row left alone (status is no longer queued).
-  // Only this sweep dispatches stale messages, and its runs never overlap (src/lib/runtime/sweep.ts), so none starts meanwhile.
+  // Read before the renewal: a dispatch that ends meanwhile has settled its message, which the renewal (of queued rows) passes
+  // over. Only this sweep dispatches stale messages, and its runs never overlap (src/lib/runtime/sweep.ts), so none starts meanwhile.
   const ours = [...deps.dispatching]
   if (ours.length > 0) {
     await deps.db
