@@ -83,7 +83,7 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
 
   // How long to sleep next before the batch after a wide one (0: go). The share is looked at again after each sleep, and a
   // sleep ends when the other keys may have gone quiet, so a pause follows the share that applies while it lasts.
-  const pauseLeft = (batchMs: number, pausedAt: number) => {
+  const nextPauseSleepMs = (batchMs: number, pausedAt: number) => {
     if (!options.cost) return 0
     const othersFor = options.cost.besideOthers ? (othersActiveFor?.() ?? 0) : 0
     const share = othersFor > 0 ? options.cost.besideOthers!.share : options.cost.share
@@ -99,7 +99,7 @@ export function createBatcher<Item, Result>(run: (items: Item[]) => Promise<Resu
     while (queue.length > 0) {
       const [batchMs, pausedAt] = [wideBatchMs, clock.now()]
       wideBatchMs = 0
-      for (let sleepMs = pauseLeft(batchMs, pausedAt); sleepMs > 0; sleepMs = pauseLeft(batchMs, pausedAt)) await clock.sleep(sleepMs)
+      for (let sleepMs = nextPauseSleepMs(batchMs, pausedAt); sleepMs > 0; sleepMs = nextPauseSleepMs(batchMs, pausedAt)) await clock.sleep(sleepMs)
       await settle(queue.splice(0, batchSize()))
     }
     wideBatchMs = 0

@@ -293,30 +293,39 @@ async function settleWhileDatabaseAway(settle: MessageSettler, settlement: Settl
 }
 
 // A message queued this long ago, with no lease in force, is not being dispatched by any live process: longer than its
-// settlement is retried while the database is away (SETTLE_RETRY_FOR_MS). A lease lasts as long, and is renewed every
-// minute (CATCH_UP_INTERVAL_MS), so a dispatch outlives two sweeps that could not write.
+// settlement is retried while the database is away (SETTLE_RETRY_FOR_MS). A lease lasts as long, and each process renews
+// its own every LEASE_RENEW_INTERVAL_MS, so a dispatch outlives five renewals that could not write.
 const STALE_QUEUED_SECONDS = 180
+const LEASE_RENEW_INTERVAL_MS = 30_000
+
+const leaseUntil = () => sql`now() + make_interval(secs => ${STALE_QUEUED_SECONDS})`
+
+/**
+ * Renews the lease of each message this process is dispatching and that is still queued (its
+ * settlement may wait in its account's lane behind a wide fan-out: createMessageSettler), so that
+ * no other process's catch-up takes it. A dispatch that failed leaves its message queued: its
+ * lease is renewed until the dispatch has left the set, and then runs out.
+ */
+export async function renewDispatchLeases(deps: Pick<MessageDeps, 'db' | 'dispatching'>): Promise<void> {
+  if (deps.dispatching.size === 0) return
+  await deps.db
+    .update(messages)
+    .set({ dispatchLeaseUntil: leaseUntil() })
+    .where(and(eq(messages.status, 'queued'), sql`${messages.id} = any(array(select jsonb_array_elements_text(${JSON.stringify([...deps.dispatching])}::jsonb)))`))
+}
 
 /**
  * Dispatches messages left queued: by a process that stopped between accepting and dispatching,
  * or whose settlement could not be written for minutes. Runs at start and every minute
- * (startQueuedCatchUp), in every process. First it renews the lease of each message this process
- * is still dispatching (its settlement may wait in its account's lane behind a wide fan-out:
- * createMessageSettler), then takes the messages queued for STALE_QUEUED_SECONDS whose lease has
- * run out, leasing them in the same statement and passing over rows another process is taking, so
- * that two processes starting together never both call the carrier for one message.
+ * (startQueuedCatchUp), in every process. It takes the messages queued for STALE_QUEUED_SECONDS
+ * whose lease has run out, leasing them in the same statement and passing over rows another
+ * process is taking, so that two processes starting together never both call the carrier for one
+ * message. A message this process is still dispatching is never taken again, whatever its lease.
  */
 export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<number> {
-  const lease = sql`now() + make_interval(secs => ${STALE_QUEUED_SECONDS})`
-  // Read before the renewal: a dispatch that ends meanwhile has settled its message, which the renewal (of queued rows) passes
-  // over. Only this sweep dispatches stale messages, and its runs never overlap (src/lib/runtime/sweep.ts), so none starts meanwhile.
-  const ours = [...deps.dispatching]
-  if (ours.length > 0) {
-    await deps.db
-      .update(messages)
-      .set({ dispatchLeaseUntil: lease })
-      .where(and(eq(messages.status, 'queued'), sql`${messages.id} = any(array(select jsonb_array_elements_text(${JSON.stringify(ours)}::jsonb)))`))
-  }
+  // Read before the query: a dispatch that ends while the query runs may still be read as queued. Only this sweep dispatches
+  // stale messages, and its runs never overlap (src/lib/runtime/sweep.ts), so none starts meanwhile.
+  const ours = JSON.stringify([...deps.dispatching])
   const stale = deps.db
     .select({ id: messages.id })
     .from(messages)
@@ -325,11 +334,12 @@ export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<nu
         eq(messages.status, 'queued'),
         lt(messages.createdAt, sql`now() - make_interval(secs => ${STALE_QUEUED_SECONDS})`),
         or(isNull(messages.dispatchLeaseUntil), lt(messages.dispatchLeaseUntil, sql`now()`)),
+        sql`${messages.id} <> all(array(select jsonb_array_elements_text(${ours}::jsonb)))`,
       ),
     )
     .limit(1000)
     .for('update', { skipLocked: true })
-  const taken = await deps.db.update(messages).set({ dispatchLeaseUntil: lease }).where(inArray(messages.id, stale)).returning()
+  const taken = await deps.db.update(messages).set({ dispatchLeaseUntil: leaseUntil() }).where(inArray(messages.id, stale)).returning()
   await Promise.all(taken.map((message) => dispatchMessage(deps, message)))
   return taken.length
 }
@@ -402,15 +412,31 @@ export async function listEvents(
 
 const CATCH_UP_INTERVAL_MS = 60_000
 
-/** Runs `dispatchStaleQueuedMessages` at start and every minute, so nothing stays queued without a restart. */
-export function startQueuedCatchUp(deps: MessageDeps): { stop(): Promise<void> } {
-  return startPeriodicSweep({
+/**
+ * Runs `dispatchStaleQueuedMessages` at start and every minute, so nothing stays queued without a
+ * restart, and `renewDispatchLeases` every 30 s. The renewal is a sweep of its own: a catch-up run
+ * waits for the dispatches it started, which may wait in their lanes for minutes, and the leases of
+ * everything this process dispatches must not lapse meanwhile. `intervals`: shorter ones, for tests.
+ */
+export function startQueuedCatchUp(deps: MessageDeps, intervals = { catchUpMs: CATCH_UP_INTERVAL_MS, renewMs: LEASE_RENEW_INTERVAL_MS }): { stop(): Promise<void> } {
+  const catchUp = startPeriodicSweep({
     sweep: async () => {
       const count = await dispatchStaleQueuedMessages(deps)
       if (count > 0) deps.logger.info('dispatched messages left queued', { count })
     },
-    intervalMs: CATCH_UP_INTERVAL_MS,
+    intervalMs: intervals.catchUpMs,
     logger: deps.logger,
     failure: 'dispatching messages left queued failed',
   })
+  const renewal = startPeriodicSweep({
+    sweep: () => renewDispatchLeases(deps),
+    intervalMs: intervals.renewMs,
+    logger: deps.logger,
+    failure: 'renewing the leases of messages in dispatch failed',
+  })
+  return {
+    async stop() {
+      await Promise.all([catchUp.stop(), renewal.stop()])
+    },
+  }
 }

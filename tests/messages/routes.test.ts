@@ -6,7 +6,7 @@ import { createLogger } from '../../src/lib/runtime/logger.ts'
 import { isId } from '../../src/lib/db/ids.ts'
 import { sandboxCarrier } from '../../src/messages/carrier.ts'
 import { createAdmission } from '../../src/messages/admission.ts'
-import { acceptMessage, createMessageSettler, createMessageStorer, dispatchMessage, dispatchStaleQueuedMessages, type MessageDeps } from '../../src/messages/service.ts'
+import { acceptMessage, createMessageSettler, createMessageStorer, dispatchMessage, dispatchStaleQueuedMessages, renewDispatchLeases, startQueuedCatchUp, type MessageDeps } from '../../src/messages/service.ts'
 import { NARROW_FAN_OUT } from '../../src/messages/outbox.ts'
 import { authorizeAndRedeem, flowFixture } from '../oauth/support.ts'
 
@@ -219,61 +219,65 @@ describe('a process stopped between accepting and dispatching', () => {
     expect((await db.select().from(events).where(eq(events.accountId, owner.accountId))).length).toBe(1)
   })
 
-  /**
-   * A carrier that counts its calls for one body (other tests' messages queued past the stale age may be dispatched
-   * too), and a settlement whose first call for the message waits in its lane until released; any other goes at once.
-   */
-  function heldInLane(message: { id: string; body: string }) {
+  /** A carrier that counts its calls for one body: other tests' messages queued past the stale age may be dispatched too. */
+  function countingCarrier(body: string) {
     const carried: string[] = []
-    const carrier = { name: 'counting', deliver: async (to: string, body: string) => (carried.push(body), sandboxCarrier.deliver(to, body)) }
+    const carrier = { name: 'counting', deliver: async (to: string, sent: string) => (carried.push(sent), sandboxCarrier.deliver(to, sent)) }
+    return { carrier, calls: () => carried.filter((sent) => sent === body).length }
+  }
+
+  /** A settlement whose first call for the message waits in its lane until released; any other goes at once. */
+  function heldSettlement(messageId: string) {
     const settle = createMessageSettler(db)
     let release!: () => void
     const laneHeld = new Promise<void>((resolve) => (release = resolve))
     let held = false
     const settleMessage = async (settlement: Parameters<typeof settle>[0]) => {
-      if (settlement.message_id === message.id && !held) {
+      if (settlement.message_id === messageId && !held) {
         held = true
         await laneHeld
       }
       return settle(settlement)
     }
-    return { carrier, settleMessage, release, carrierCalls: () => carried.filter((body) => body === message.body).length }
+    return { settleMessage, release }
   }
+
+  const leaseOf = async (messageId: string) => (await db.select().from(messages).where(eq(messages.id, messageId)))[0]!.dispatchLeaseUntil
 
   test('a message whose settlement this process holds in its lane (a neighbour\'s fan-out ahead of it) is not dispatched again by the catch-up, however long it has been queued', async () => {
     const { message, deps: depsWith } = await queuedLongAgo('Slow lane', { to: '+14155550129', body: 'waits in its lane' })
-    const lane = heldInLane(message)
-    const deps = depsWith(lane)
+    const counting = countingCarrier(message.body)
+    const lane = heldSettlement(message.id)
+    const deps = depsWith({ carrier: counting.carrier, settleMessage: lane.settleMessage })
     const dispatched = dispatchMessage(deps, message)
-    while (lane.carrierCalls() === 0) await Bun.sleep(5)
+    while (counting.calls() === 0) await Bun.sleep(5)
     await dispatchStaleQueuedMessages(deps)
-    expect(lane.carrierCalls()).toBe(1)
+    expect(counting.calls()).toBe(1)
     lane.release()
     await dispatched
     const [after] = await db.select().from(messages).where(eq(messages.id, message.id))
     expect(after!.status).toBe('delivered')
     await dispatchStaleQueuedMessages(deps)
-    expect(lane.carrierCalls()).toBe(1)
+    expect(counting.calls()).toBe(1)
   })
 
   test("another process's catch-up leaves a message alone while this one renews its lease, and takes it once the lease has run out (this process stopped)", async () => {
     const { message, deps: depsWith } = await queuedLongAgo('Two processes', { to: '+14155550131', body: 'leased by the first' })
-    const lane = heldInLane(message)
-    // Two processes of the service: each its own set of messages in dispatch.
-    const first = depsWith(lane)
-    const second = { ...depsWith({ carrier: lane.carrier }), dispatching: new Set<string>() }
+    const counting = countingCarrier(message.body)
+    const lane = heldSettlement(message.id)
+    // Two processes of the service: each with its own set of messages in dispatch (depsWith makes one per call).
+    const first = depsWith({ carrier: counting.carrier, settleMessage: lane.settleMessage })
+    const second = depsWith({ carrier: counting.carrier })
     const dispatched = dispatchMessage(first, message)
-    while (lane.carrierCalls() === 0) await Bun.sleep(5)
-    // The first process's sweep renews the lease of the message it is dispatching.
-    await dispatchStaleQueuedMessages(first)
-    const [leased] = await db.select().from(messages).where(eq(messages.id, message.id))
-    expect(leased!.dispatchLeaseUntil!.getTime()).toBeGreaterThan(Date.now() + 170_000)
+    while (counting.calls() === 0) await Bun.sleep(5)
+    await renewDispatchLeases(first)
+    expect((await leaseOf(message.id))!.getTime()).toBeGreaterThan(Date.now() + 170_000)
     await dispatchStaleQueuedMessages(second)
-    expect(lane.carrierCalls()).toBe(1)
+    expect(counting.calls()).toBe(1)
     // The first process stops (its settlement never comes): no one renews the lease, and once it has run out the second takes the message.
     await db.update(messages).set({ dispatchLeaseUntil: sql`now() - interval '1 second'` }).where(eq(messages.id, message.id))
     await dispatchStaleQueuedMessages(second)
-    expect(lane.carrierCalls()).toBe(2)
+    expect(counting.calls()).toBe(2)
     const [after] = await db.select().from(messages).where(eq(messages.id, message.id))
     expect(after!.status).toBe('delivered')
     lane.release()
@@ -282,12 +286,31 @@ describe('a process stopped between accepting and dispatching', () => {
 
   test('two processes whose catch-ups run at once (both started together) call the carrier once for each message left queued', async () => {
     const { message, deps: depsWith } = await queuedLongAgo('Started together', { to: '+14155550132', body: 'left for two processes' })
-    const lane = heldInLane({ id: '', body: message.body })
-    const processes = [depsWith({ carrier: lane.carrier }), { ...depsWith({ carrier: lane.carrier }), dispatching: new Set<string>() }]
+    const counting = countingCarrier(message.body)
+    const processes = [depsWith({ carrier: counting.carrier }), depsWith({ carrier: counting.carrier })]
     await Promise.all(processes.map((deps) => dispatchStaleQueuedMessages(deps)))
-    expect(lane.carrierCalls()).toBe(1)
+    expect(counting.calls()).toBe(1)
     const [after] = await db.select().from(messages).where(eq(messages.id, message.id))
     expect(after!.status).toBe('delivered')
+  })
+
+  test('the leases are renewed while a catch-up run waits for the dispatches it started', async () => {
+    const { message, deps: depsWith } = await queuedLongAgo('Renewed meanwhile', { to: '+14155550133', body: 'taken by the catch-up, held in its lane' })
+    const counting = countingCarrier(message.body)
+    const lane = heldSettlement(message.id)
+    const deps = depsWith({ carrier: counting.carrier, settleMessage: lane.settleMessage })
+    const catchUp = startQueuedCatchUp(deps, { catchUpMs: 60_000, renewMs: 20 })
+    while (counting.calls() === 0) await Bun.sleep(5)
+    // The catch-up took the message and waits for its settlement. Were the lease renewed only by the catch-up's own runs,
+    // it would stay in the past now.
+    await db.update(messages).set({ dispatchLeaseUntil: sql`now() - interval '1 second'` }).where(eq(messages.id, message.id))
+    for (let i = 0; i < 200 && (await leaseOf(message.id))!.getTime() < Date.now(); i++) await Bun.sleep(10)
+    expect((await leaseOf(message.id))!.getTime()).toBeGreaterThan(Date.now() + 170_000)
+    lane.release()
+    await catchUp.stop()
+    const [after] = await db.select().from(messages).where(eq(messages.id, message.id))
+    expect(after!.status).toBe('delivered')
+    expect(counting.calls()).toBe(1)
   })
 
   test('a message whose dispatch failed is no longer counted as being dispatched: the catch-up sends it', async () => {
