@@ -32,7 +32,7 @@ export interface MessageDeps {
   deliveriesQueued(hookIds?: readonly string[]): void
   /** Holds an account's new messages while its deliveries are behind (src/messages/admission.ts). */
   admission: Admission
-  /** The messages this process is dispatching (dispatchMessage): its catch-up renews their leases every minute, however long their settlements wait in their lanes. */
+  /** The messages this process is dispatching (dispatchMessage): renewDispatchLeases renews their leases every 30 s, however long their settlements wait in their lanes. */
   dispatching: Set<string>
   /** Set when traces are on (docs/operations.md#traces): accepting, dispatching and settling are spans of the request's trace. */
   tracing?: Tracing
