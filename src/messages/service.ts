@@ -32,7 +32,7 @@ export interface MessageDeps {
   deliveriesQueued(hookIds?: readonly string[]): void
   /** Holds an account's new messages while its deliveries are behind (src/messages/admission.ts). */
   admission: Admission
-  /** The messages this process is dispatching (dispatchMessage): renewDispatchLeases renews their leases every 30 s, however long their settlements wait in their lanes. */
+  /** The messages this process is dispatching (dispatchMessage): renewDispatchLeases renews their leases before they lapse, however long their settlements wait in their lanes. */
   dispatching: Set<string>
   /** Set when traces are on (docs/operations.md#traces): accepting, dispatching and settling are spans of the request's trace. */
   tracing?: Tracing
@@ -293,25 +293,39 @@ async function settleWhileDatabaseAway(settle: MessageSettler, settlement: Settl
 }
 
 // A message queued this long ago, with no lease in force, is not being dispatched by any live process: longer than its
-// settlement is retried while the database is away (SETTLE_RETRY_FOR_MS). A lease lasts as long, and each process renews
-// its own every LEASE_RENEW_INTERVAL_MS, so a dispatch outlives five renewals that could not write.
+// settlement is retried while the database is away (SETTLE_RETRY_FOR_MS). A lease lasts as long. Each process looks at its
+// own every LEASE_RENEW_INTERVAL_MS and renews those that would end within LEASE_RENEW_WITHIN_SECONDS (a message's age
+// protects it until then), so a dispatch of a few milliseconds is never written, and one that waits outlives four renewals
+// that could not write.
 const STALE_QUEUED_SECONDS = 180
 const LEASE_RENEW_INTERVAL_MS = 30_000
+const LEASE_RENEW_WITHIN_SECONDS = 150
 
 const leaseUntil = () => sql`now() + make_interval(secs => ${STALE_QUEUED_SECONDS})`
+
+/** The ids as a PostgreSQL text array, sent as one JSON parameter however many there are. */
+const idArray = (ids: Iterable<string>) => sql`array(select jsonb_array_elements_text(${JSON.stringify([...ids])}::jsonb))`
 
 /**
  * Renews the lease of each message this process is dispatching and that is still queued (its
  * settlement may wait in its account's lane behind a wide fan-out: createMessageSettler), so that
- * no other process's catch-up takes it. A dispatch that failed leaves its message queued: its
- * lease is renewed until the dispatch has left the set, and then runs out.
+ * no other process's catch-up takes it, once what protects it (its lease, or while it has none its
+ * age) would end within LEASE_RENEW_WITHIN_SECONDS. A dispatch that failed leaves its message
+ * queued: its lease is renewed until the dispatch has left the set, and then runs out.
  */
 export async function renewDispatchLeases(deps: Pick<MessageDeps, 'db' | 'dispatching'>): Promise<void> {
   if (deps.dispatching.size === 0) return
+  const protectedUntil = sql`coalesce(${messages.dispatchLeaseUntil}, ${messages.createdAt} + make_interval(secs => ${STALE_QUEUED_SECONDS}))`
   await deps.db
     .update(messages)
     .set({ dispatchLeaseUntil: leaseUntil() })
-    .where(and(eq(messages.status, 'queued'), sql`${messages.id} = any(array(select jsonb_array_elements_text(${JSON.stringify([...deps.dispatching])}::jsonb)))`))
+    .where(
+      and(
+        eq(messages.status, 'queued'),
+        sql`${messages.id} = any(${idArray(deps.dispatching)})`,
+        lt(protectedUntil, sql`now() + make_interval(secs => ${LEASE_RENEW_WITHIN_SECONDS})`),
+      ),
+    )
 }
 
 /**
@@ -325,7 +339,7 @@ export async function renewDispatchLeases(deps: Pick<MessageDeps, 'db' | 'dispat
 export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<number> {
   // Read before the query: a dispatch that ends while the query runs may still be read as queued. Only this sweep dispatches
   // stale messages, and its runs never overlap (src/lib/runtime/sweep.ts), so none starts meanwhile.
-  const ours = JSON.stringify([...deps.dispatching])
+  const ours = idArray(deps.dispatching)
   const stale = deps.db
     .select({ id: messages.id })
     .from(messages)
@@ -334,7 +348,7 @@ export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<nu
         eq(messages.status, 'queued'),
         lt(messages.createdAt, sql`now() - make_interval(secs => ${STALE_QUEUED_SECONDS})`),
         or(isNull(messages.dispatchLeaseUntil), lt(messages.dispatchLeaseUntil, sql`now()`)),
-        sql`${messages.id} <> all(array(select jsonb_array_elements_text(${ours}::jsonb)))`,
+        sql`${messages.id} <> all(${ours})`,
       ),
     )
     .limit(1000)

@@ -313,6 +313,23 @@ describe('a process stopped between accepting and dispatching', () => {
     expect(counting.calls()).toBe(1)
   })
 
+  test('a renewal writes only the leases about to lapse: not a message accepted moments ago, nor a lease renewed within the last half minute', async () => {
+    const { owner, storeMessage, admission, message: old, deps: depsWith } = await queuedLongAgo('Renewed when due', { to: '+14155550134', body: 'queued long ago' })
+    const fresh = await acceptMessage({ storeMessage, admission }, owner.accountId, { to: '+14155550135', body: 'accepted moments ago' })
+    const deps = depsWith()
+    deps.dispatching.add(old.id).add(fresh.id)
+    await renewDispatchLeases(deps)
+    const renewed = (await leaseOf(old.id))!.getTime()
+    expect(renewed).toBeGreaterThan(Date.now() + 170_000)
+    expect(await leaseOf(fresh.id)).toBeNull()
+    // Its age protects the fresh message for three minutes; once that would end within 150 s, it is leased.
+    await db.update(messages).set({ createdAt: sql`now() - interval '40 seconds'` }).where(eq(messages.id, fresh.id))
+    await db.update(messages).set({ dispatchLeaseUntil: sql`now() + interval '155 seconds'` }).where(eq(messages.id, old.id))
+    await renewDispatchLeases(deps)
+    expect((await leaseOf(fresh.id))!.getTime()).toBeGreaterThan(Date.now() + 170_000)
+    expect((await leaseOf(old.id))!.getTime()).toBeLessThan(Date.now() + 160_000)
+  })
+
   test('a message whose dispatch failed is no longer counted as being dispatched: the catch-up sends it', async () => {
     const { message, deps: depsWith } = await queuedLongAgo('Failed dispatch', { to: '+14155550130', body: 'first dispatch fails' })
     const settle = createMessageSettler(db)

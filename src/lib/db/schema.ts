@@ -348,7 +348,7 @@ export const messages = pgTable(
     /**
      * While in the future, a live process is dispatching this queued message (its settlement may wait in its account's
      * lane behind a wide fan-out), and no other process's catch-up takes it: set when the catch-up takes it, renewed
-     * every 30 s while it waits (src/messages/service.ts, renewDispatchLeases).
+     * while it waits, before it lapses (src/messages/service.ts, renewDispatchLeases).
      */
     dispatchLeaseUntil: timestamp('dispatch_lease_until', { withTimezone: true, mode: 'date' }),
   },
