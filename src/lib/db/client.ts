@@ -192,7 +192,39 @@ export function pgliteDatabase(client: PGlite): DatabaseHandle {
 }
 
 export async function openPgliteDirectory(dataDir: string): Promise<PGlite> {
-  return PGlite.create(dataDir)
+  const client = new TurnTakingPGlite(dataDir)
+  await client.waitReady
+  return client
+}
+
+// How long PGlite's calls may run one after another before the event loop takes a turn.
+const MAX_CHAIN_MS = 5
+
+/**
+ * PGlite runs a statement on this thread, and its promise settles within the same turn of the
+ * event loop. A burst whose continuations each issue the next statement (an account's 60
+ * messages stored, dispatched and settled one after another) is then one chain of microtasks,
+ * and timers and sockets wait until it ends: another account's request was read 350–650 ms late
+ * (docs/performance.md, issue 37, nineteenth pass). Every protocol exchange (each statement is
+ * several) notes whether a turn of the loop has passed since the chain began; after MAX_CHAIN_MS
+ * without one, it waits for the next turn first. Calls with turns between them, the usual case,
+ * never wait.
+ */
+class TurnTakingPGlite extends PGlite {
+  // Whether a turn is awaited since the first call of the current chain (a marker is scheduled for it), and when that call came.
+  #turnPending = false
+  #chainStartedAt = 0
+
+  override async execProtocolRaw(...args: Parameters<PGlite['execProtocolRaw']>): ReturnType<PGlite['execProtocolRaw']> {
+    // The marker was scheduled first, so it runs in that turn before this call goes on, and a new chain begins.
+    if (this.#turnPending && performance.now() - this.#chainStartedAt > MAX_CHAIN_MS) await new Promise<void>((resolve) => setImmediate(resolve))
+    if (!this.#turnPending) {
+      this.#turnPending = true
+      this.#chainStartedAt = performance.now()
+      setImmediate(() => (this.#turnPending = false))
+    }
+    return super.execProtocolRaw(...args)
+  }
 }
 
 /** Raw SQL rows, whichever driver ran them (PGlite answers `{ rows }`, postgres-js an array). */
