@@ -57,7 +57,9 @@
  *           (docs/performance.md, issue 37, sixteenth pass): --refused N puts N of the --broken at the
  *           closed port and the rest at the hanging listener (default half); --paused-broken pauses A's
  *           subscriptions before its messages fail, so the fan-out is written and nothing is sent to
- *           them (they resume with the recovery).
+ *           them (they resume with the recovery). --cpu-load SHARE:BURST_MS runs bench/cpu-load.ts through B's
+           window: one core busy BURST_MS at a time, SHARE of the time, touching neither the database nor the
+           server; with --broken 2 --failed-messages 1 it shows what plain CPU of that shape costs B.
  *   growth  PostgreSQL. One server, one database, never reset: 1, 10, 100 subscriptions (one account),
  *           then 10,000 (100 accounts × 100); --deliveries (20,000) per step, closed loop. Per step:
  *           deliveries/s, p99, all delivered, and the claim statement's p99 from the metrics endpoint
@@ -127,6 +129,7 @@ const cli = commandLine(import.meta.url, {
   refused: { type: 'string', default: '' },
   'paused-broken': { type: 'boolean', default: false },
   'failed-messages': { type: 'string', default: '200' },
+  'cpu-load': { type: 'string', default: '' },
   'storm-rate': { type: 'string', default: '100' },
   'storm-seconds': { type: 'string', default: '20' },
   'recover-seconds': { type: 'string', default: '300' },
@@ -168,6 +171,7 @@ const NATS_URL = cli.loopbackUrl(cli.string('nats-url'), '--nats-url')
 /** This run's part of every broker name (exchange, queues, stream, subjects). */
 const RUN = crypto.randomUUID().slice(0, 8)
 const FAILED_MESSAGES = cli.integer('failed-messages', 1, 10_000)
+const CPU_LOAD = cpuLoad(cli.string('cpu-load'))
 const STORM_RATE = cli.integer('storm-rate', 1, 5000)
 const STORM_SECONDS = cli.integer('storm-seconds', 1, 300)
 const RECOVER_SECONDS = cli.integer('recover-seconds', 1, 3600)
@@ -178,6 +182,16 @@ const REQUESTS = cli.integer('requests', 10, 10_000)
 const AGENT_RATE = cli.integer('agent-rate', 1, 5000)
 const CLIENTS = cli.integer('clients', 1, 64)
 const ADMIN_URL = cli.loopbackUrl(process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres', 'DATABASE_URL')
+
+function cpuLoad(option: string): { share: number; burstMs: number } | undefined {
+  if (!option) return undefined
+  const [share, burstMs] = option.split(':').map(Number)
+  if (SCENARIO !== 'storm' || !(share! > 0 && share! <= 1 && Number.isInteger(burstMs) && burstMs! >= 1 && burstMs! <= 1000)) {
+    console.error('bench/webhooks.ts: --cpu-load is SHARE:BURST_MS (0 < SHARE ≤ 1, 1 ≤ BURST_MS ≤ 1000), with --scenario storm')
+    process.exit(2)
+  }
+  return { share: share!, burstMs: burstMs! }
+}
 
 const WATCHDOG_S = {
   basic: 240 + (2 * SECONDS + FAIR_SECONDS) * 2,
@@ -774,8 +788,10 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
     drainMs: 30_000,
     load: async () => {
       const fails = sleep(1000).then(async () => (failedLoad = await closedLoop(rig, [{ account: a, to: '+14155550000' }], 60, FAILED_MESSAGES)))
+      const plainCpu = CPU_LOAD && runCommand([BUN, 'bench/cpu-load.ts', String(CPU_LOAD.share), String(CPU_LOAD.burstMs), String(STORM_SECONDS)], {}, (STORM_SECONDS + 30) * 1000)
       const load = await openLoop(rig, [{ account: b }], STORM_RATE, STORM_SECONDS)
       await fails
+      if (plainCpu) log(`  plain CPU beside B (bench/cpu-load.ts, bursts of ${CPU_LOAD!.burstMs} ms): ${((await plainCpu).cpuSeconds / STORM_SECONDS).toFixed(2)} of a core`)
       return load
     },
   })
