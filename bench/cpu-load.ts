@@ -9,8 +9,8 @@
  *   bun bench/cpu-load.ts <share 0–1> <burst ms> <seconds>
  */
 const [share, burstMs, seconds] = Bun.argv.slice(2).map(Number)
-if (!(share! > 0 && share! <= 1 && burstMs! >= 1 && seconds! > 0)) {
-  console.error('usage: bun bench/cpu-load.ts <share 0–1> <burst ms ≥ 1> <seconds>')
+if (!(share! > 0 && share! <= 1 && Number.isInteger(burstMs) && burstMs! >= 1 && seconds! > 0 && seconds! <= 3600)) {
+  console.error('usage: bun bench/cpu-load.ts <share 0–1> <burst ms, a whole number ≥ 1> <seconds, at most 3600>')
   process.exit(2)
 }
 const end = performance.now() + seconds! * 1000

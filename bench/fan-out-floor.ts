@@ -6,9 +6,9 @@
  * (each statement joins the events it covers to the subscriptions: no markDue, rollups or
  * settlement, only the rows and what the schema makes every row cost), on a fresh PostgreSQL
  * database after the migrations. The same again with the schema lightened step by step, to show
- * what each part costs: without the two indexes no write path reads (deliveries_event_id_idx,
- * deliveries_hook_id_idx), then also without the foreign keys, then also without the claim's
- * partial index (deliveries_pending_idx). Per step: the backend's CPU (from /proc), wall time,
+ * what each part costs: without the two indexes the fan-out's inserts never read
+ * (deliveries_event_id_idx, deliveries_hook_id_idx), then also without the foreign keys, then
+ * also without the claim's partial index (deliveries_pending_idx). Per step: the backend's CPU (from /proc), wall time,
  * µs of CPU per row.
  *
  *   bun bench/fan-out-floor.ts                    # 1,000 subscriptions × 200 events: the storm's 200,000 rows
@@ -16,7 +16,7 @@
  * Options: --hooks 1000, --events 200, --rows-per-statement 2000, --pg-url <admin URL> (default
  * postgres://postgres@127.0.0.1:5432/postgres or $BENCH_PG_URL; loopback only).
  */
-import { DEFAULT_PG_URL, commandLine, connect, fmtFixed, fmtInt, printMachine, printTable, processCpuSeconds, runMain, storage } from './harness.ts'
+import { DEFAULT_PG_URL, commandLine, connect, fail, fmtFixed, fmtInt, printMachine, printTable, processCpuSeconds, runMain, storage } from './harness.ts'
 import { migratePostgresDatabase } from '../src/lib/db/migrate.ts'
 
 const cli = commandLine(import.meta.url, {
@@ -50,6 +50,7 @@ async function main(): Promise<number> {
     await sql`insert into events (id, account_id, type, payload, contact)
               select 'evt_' || lpad(g::text, 26, '0'), 'acc_floor', 'message.failed', repeat('x', 400), '+14155550000' from generate_series(1, ${EVENTS}) g`
     const [{ pid }] = await sql<[{ pid: number }]>`select pg_backend_pid() as pid`
+    if (!Number.isFinite(processCpuSeconds(pid))) fail(`cannot read the CPU of PostgreSQL's backend (pid ${pid}) from /proc: the server must run on this machine, outside a container`)
     const rows: string[][] = [['schema', 'rows', 'backend CPU', 'wall', 'CPU per row']]
     for (const [label, change] of LIGHTER) {
       if (change) await sql.unsafe(change)

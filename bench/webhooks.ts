@@ -58,8 +58,8 @@
  *           closed port and the rest at the hanging listener (default half); --paused-broken pauses A's
  *           subscriptions before its messages fail, so the fan-out is written and nothing is sent to
  *           them (they resume with the recovery). --cpu-load SHARE:BURST_MS runs bench/cpu-load.ts through B's
-           window: one core busy BURST_MS at a time, SHARE of the time, touching neither the database nor the
-           server; with --broken 2 --failed-messages 1 it shows what plain CPU of that shape costs B.
+ *           window: one core busy BURST_MS at a time, SHARE of the time, touching neither the database nor the
+ *           server; with --broken 2 --failed-messages 1 it shows what plain CPU of that shape costs B.
  *   growth  PostgreSQL. One server, one database, never reset: 1, 10, 100 subscriptions (one account),
  *           then 10,000 (100 accounts × 100); --deliveries (20,000) per step, closed loop. Per step:
  *           deliveries/s, p99, all delivered, and the claim statement's p99 from the metrics endpoint
@@ -788,10 +788,14 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
     drainMs: 30_000,
     load: async () => {
       const fails = sleep(1000).then(async () => (failedLoad = await closedLoop(rig, [{ account: a, to: '+14155550000' }], 60, FAILED_MESSAGES)))
-      const plainCpu = CPU_LOAD && runCommand([BUN, 'bench/cpu-load.ts', String(CPU_LOAD.share), String(CPU_LOAD.burstMs), String(STORM_SECONDS)], {}, (STORM_SECONDS + 30) * 1000)
+      const plainCpu = CPU_LOAD && runCommand([BUN, 'bench/cpu-load.ts', String(CPU_LOAD.share), String(CPU_LOAD.burstMs), String(STORM_SECONDS)], childEnv({}), (STORM_SECONDS + 30) * 1000)
       const load = await openLoop(rig, [{ account: b }], STORM_RATE, STORM_SECONDS)
       await fails
-      if (plainCpu) log(`  plain CPU beside B (bench/cpu-load.ts, bursts of ${CPU_LOAD!.burstMs} ms): ${((await plainCpu).cpuSeconds / STORM_SECONDS).toFixed(2)} of a core`)
+      if (plainCpu) {
+        const { code, stderr, cpuSeconds } = await plainCpu
+        if (code !== 0) fail(`bench/cpu-load.ts exited with code ${code}: ${stderr.trim()}`)
+        log(`  plain CPU beside B (bench/cpu-load.ts, bursts of ${CPU_LOAD!.burstMs} ms): ${(cpuSeconds / STORM_SECONDS).toFixed(2)} of a core`)
+      }
       return load
     },
   })

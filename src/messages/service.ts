@@ -294,12 +294,13 @@ async function settleWhileDatabaseAway(settle: MessageSettler, settlement: Settl
 
 // A message queued this long ago, with no lease in force, is not being dispatched by any live process: longer than its
 // settlement is retried while the database is away (SETTLE_RETRY_FOR_MS). A lease lasts as long. Each process looks at its
-// own every LEASE_RENEW_INTERVAL_MS and renews those that would end within LEASE_RENEW_WITHIN_SECONDS (a message's age
-// protects it until then), so a dispatch of a few milliseconds is never written, and one that waits outlives four renewals
-// that could not write.
+// own every LEASE_RENEW_INTERVAL_MS and renews those whose protection (the lease, or a message's age) would end within
+// LEASE_RENEW_WITHIN_SECONDS: each look renews every message dispatched for more than 10 s, so that when the database goes
+// away a dispatch has 150 s or more left (more than its settlement is retried), as when every look renewed all of them, and
+// a dispatch of a few seconds is never written.
 const STALE_QUEUED_SECONDS = 180
 const LEASE_RENEW_INTERVAL_MS = 30_000
-const LEASE_RENEW_WITHIN_SECONDS = 150
+const LEASE_RENEW_WITHIN_SECONDS = 170
 
 const leaseUntil = () => sql`now() + make_interval(secs => ${STALE_QUEUED_SECONDS})`
 

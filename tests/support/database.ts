@@ -3,7 +3,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { PGlite } from '@electric-sql/pglite'
 import postgres from 'postgres'
-import { pgliteDatabase, postgresDatabase, type DatabaseHandle } from '../../src/lib/db/client.ts'
+import { pgliteDatabase, postgresDatabase, TurnTakingPGlite, type DatabaseHandle } from '../../src/lib/db/client.ts'
 import { MIGRATIONS_FOLDER, migratePgliteDatabase, migratePostgresDatabase } from '../../src/lib/db/migrate.ts'
 
 /**
@@ -265,7 +265,10 @@ export async function createTestDatabase(): Promise<TestDatabase> {
       await migratePgliteDatabase(pgliteDatabase(template))
       return template
     })()
-    const handle = pgliteDatabase((await (await pgliteTemplate).clone()) as PGlite)
+    // The server's PGlite (src/lib/db/client.ts), so every test on PGlite runs through its turns.
+    const clone = new TurnTakingPGlite({ loadDataDir: await (await pgliteTemplate).dumpDataDir('none') })
+    await clone.waitReady
+    const handle = pgliteDatabase(clone)
     return { handle, url: undefined, drop: () => handle.close() }
   }
   postgresTemplate ??= ensurePostgresTemplate(mode.serverUrl, mode.icuLocale)

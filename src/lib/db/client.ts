@@ -204,13 +204,13 @@ const MAX_CHAIN_MS = 5
  * PGlite runs a statement on this thread, and its promise settles within the same turn of the
  * event loop. A burst whose continuations each issue the next statement (an account's 60
  * messages stored, dispatched and settled one after another) is then one chain of microtasks,
- * and timers and sockets wait until it ends: another account's request was read 350–650 ms late
+ * and timers and sockets wait until it ends: another account's request was read up to 665 ms late
  * (docs/performance.md, issue 37, nineteenth pass). Every protocol exchange (each statement is
  * several) notes whether a turn of the loop has passed since the chain began; after MAX_CHAIN_MS
  * without one, it waits for the next turn first. Calls with turns between them, the usual case,
  * never wait.
  */
-class TurnTakingPGlite extends PGlite {
+export class TurnTakingPGlite extends PGlite {
   // Whether a turn is awaited since the first call of the current chain (a marker is scheduled for it), and when that call came.
   #turnPending = false
   #chainStartedAt = 0

@@ -1,11 +1,14 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { PGlite } from '@electric-sql/pglite'
 import { openPgliteDirectory } from '../../../src/lib/db/client.ts'
 
-// The embedded database of every pass: PGlite runs in this process whatever TEST_DATABASE says.
+// The embedded database of every pass: PGlite runs in this process whatever TEST_DATABASE says. A new data
+// directory is an initdb, seconds on a busy machine.
+setDefaultTimeout(30_000)
+
 describe('the embedded database leaves the event loop its turns (src/lib/db/client.ts, TurnTakingPGlite)', () => {
   let dataDir: string
   let client: PGlite
