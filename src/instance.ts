@@ -1,7 +1,7 @@
 import { count } from 'drizzle-orm'
 import { ConfigError, loadConfig, type Config } from './lib/config.ts'
 import type { DatabaseHandle } from './lib/db/client.ts'
-import { POOL_SIZES, openPgliteDirectory, pgliteDatabase, postgresDatabase } from './lib/db/client.ts'
+import { POOL_SIZES, TurnTakingPGlite, pgliteDatabase, postgresDatabase } from './lib/db/client.ts'
 import { migratePgliteDatabase, migratePostgresDatabase } from './lib/db/migrate.ts'
 import { DataDirLockedError, acquireDataDirLock } from './lib/db/data-dir-lock.ts'
 import { closeToOthers } from './lib/security/file-modes.ts'
@@ -55,7 +55,7 @@ export async function openConfiguredDatabase(config: Config): Promise<OpenedData
   }
   const lock = acquireDataDirLock(config.dataDir)
   try {
-    const handle = pgliteDatabase(await openPgliteDirectory(config.dataDir))
+    const handle = pgliteDatabase(await TurnTakingPGlite.open({ dataDir: config.dataDir }))
     await migratePgliteDatabase(handle)
     // PGlite chooses the modes of its files itself (0666 for the database it creates, whatever
     // the umask): close everything to other users once it is open and migrated, and again once

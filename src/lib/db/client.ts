@@ -1,4 +1,4 @@
-import { PGlite } from '@electric-sql/pglite'
+import { PGlite, type PGliteOptions } from '@electric-sql/pglite'
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite'
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js'
 import { PgDialect, type PgDatabase, type PgQueryResultHKT } from 'drizzle-orm/pg-core'
@@ -191,12 +191,6 @@ export function pgliteDatabase(client: PGlite): DatabaseHandle {
   }
 }
 
-export async function openPgliteDirectory(dataDir: string): Promise<PGlite> {
-  const client = new TurnTakingPGlite(dataDir)
-  await client.waitReady
-  return client
-}
-
 // How long PGlite's calls may run one after another before the event loop takes a turn.
 const MAX_CHAIN_MS = 5
 
@@ -214,6 +208,17 @@ export class TurnTakingPGlite extends PGlite {
   // Whether a turn is awaited since the first call of the current chain (a marker is scheduled for it), and when that call came.
   #turnPending = false
   #chainStartedAt = 0
+
+  /**
+   * A TurnTakingPGlite, ready: the one way it is made, for the server's data directory
+   * (src/instance.ts) and for the tests' clones of a migrated template (tests/support/database.ts),
+   * so both run the same class. (PGlite's own static `create` makes a plain PGlite.)
+   */
+  static async open(options: PGliteOptions): Promise<TurnTakingPGlite> {
+    const client = new TurnTakingPGlite(options)
+    await client.waitReady
+    return client
+  }
 
   override async execProtocolRaw(...args: Parameters<PGlite['execProtocolRaw']>): ReturnType<PGlite['execProtocolRaw']> {
     // The marker was scheduled first, so it runs in that turn before this call goes on, and a new chain begins.

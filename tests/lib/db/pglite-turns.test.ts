@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { PGlite } from '@electric-sql/pglite'
-import { openPgliteDirectory } from '../../../src/lib/db/client.ts'
+import { TurnTakingPGlite } from '../../../src/lib/db/client.ts'
 
 // The embedded database of every pass: PGlite runs in this process whatever TEST_DATABASE says. A new data
 // directory is an initdb, seconds on a busy machine.
@@ -14,7 +14,7 @@ describe('the embedded database leaves the event loop its turns (src/lib/db/clie
   let client: PGlite
   beforeAll(async () => {
     dataDir = mkdtempSync(join(tmpdir(), 'pglite-turns-'))
-    client = await openPgliteDirectory(dataDir)
+    client = await TurnTakingPGlite.open({ dataDir })
   })
   afterAll(async () => {
     await client.close()
