@@ -1,4 +1,4 @@
-import { and, desc, eq, gte, inArray, isNull, lt, or, sql } from 'drizzle-orm'
+import { and, desc, eq, gte, inArray, lt, sql } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { createBatcher, createKeyedBatcher, type BatcherOptions } from './batcher.ts'
@@ -304,6 +304,11 @@ const LEASE_RENEW_WITHIN_SECONDS = 170
 
 const leaseUntil = () => sql`now() + make_interval(secs => ${STALE_QUEUED_SECONDS})`
 
+// Until when no other process's catch-up takes a queued message: a message is protected by its lease or, while it has
+// none, by its age (it is not stale before STALE_QUEUED_SECONDS). The one rule of the renewal (renew before it ends) and
+// of the catch-up (take once it has ended).
+const protectedUntil = sql`coalesce(${messages.dispatchLeaseUntil}, ${messages.createdAt} + make_interval(secs => ${STALE_QUEUED_SECONDS}))`
+
 /** The ids as a PostgreSQL text array, sent as one JSON parameter however many there are. */
 const idArray = (ids: Iterable<string>) => sql`array(select jsonb_array_elements_text(${JSON.stringify([...ids])}::jsonb))`
 
@@ -316,7 +321,6 @@ const idArray = (ids: Iterable<string>) => sql`array(select jsonb_array_elements
  */
 export async function renewDispatchLeases(deps: Pick<MessageDeps, 'db' | 'dispatching'>): Promise<void> {
   if (deps.dispatching.size === 0) return
-  const protectedUntil = sql`coalesce(${messages.dispatchLeaseUntil}, ${messages.createdAt} + make_interval(secs => ${STALE_QUEUED_SECONDS}))`
   await deps.db
     .update(messages)
     .set({ dispatchLeaseUntil: leaseUntil() })
@@ -347,8 +351,11 @@ export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<nu
     .where(
       and(
         eq(messages.status, 'queued'),
+        lt(protectedUntil, sql`now()`),
+        // The rule above for a message without a lease, and implied for one with (a lease is set to now() +
+        // STALE_QUEUED_SECONDS, after the message was created); stated on created_at itself so that the plan can scan
+        // messages_queued_idx (created_at, of the queued messages only) for the range, which the coalesce cannot give it.
         lt(messages.createdAt, sql`now() - make_interval(secs => ${STALE_QUEUED_SECONDS})`),
-        or(isNull(messages.dispatchLeaseUntil), lt(messages.dispatchLeaseUntil, sql`now()`)),
         sql`${messages.id} <> all(${ours})`,
       ),
     )
