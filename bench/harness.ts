@@ -11,7 +11,7 @@
  *     shows in the figures (startCpu);
  *   - wrk runs (wrk), HTTP checks (call, expectStatus), percentiles, tables, met / NOT MET lines.
  */
-import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs'
+import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs'
 import { randomBytes } from 'node:crypto'
 import { cpus, loadavg, release, tmpdir } from 'node:os'
 import { basename, join } from 'node:path'
@@ -367,6 +367,57 @@ export function postgresCpuSeconds(database?: string): number {
     if (Number.isFinite(seconds)) total += seconds
   }
   return total
+}
+
+/**
+ * Watches the block device that holds `dir` (PostgreSQL's data directory) in /proc/diskstats every
+ * 50 ms for stalls: spans of STALL_MS or more in which requests were in flight and none completed.
+ * Every commit waits for the WAL's flush, so a disk that stops answering for 400 ms delays every
+ * account's deliveries as long (docs/performance.md, issue 37, twentieth pass). Null when the
+ * device cannot be read (no /proc, or the directory not on a listed device).
+ */
+export function watchDiskStalls(dir: string): { device: string; stop(): { stalls: number; longestMs: number } } | null {
+  let majorMinor: string
+  try {
+    const dev = statSync(dir).dev
+    majorMinor = `${Math.floor(dev / 256) & 0xfff} ${(dev & 0xff) | ((Math.floor(dev / 1048576) & 0xfff) << 8)}`
+  } catch {
+    return null
+  }
+  // Completed reads and writes, and requests in flight, of the device (Documentation/admin-guide/iostats.rst).
+  const sample = () => {
+    for (const line of readFileSync('/proc/diskstats', 'utf8').split('\n')) {
+      const f = line.trim().split(/\s+/)
+      if (`${f[0]} ${f[1]}` === majorMinor) return { device: f[2]!, completed: Number(f[3]) + Number(f[7]), inFlight: Number(f[11]) }
+    }
+    return null
+  }
+  const first = sample()
+  if (!first) return null
+  const STALL_MS = 200
+  let last = first
+  let stuckSince: number | null = null
+  let stalls = 0
+  let longestMs = 0
+  const timer = setInterval(() => {
+    const now = performance.now()
+    const current = sample()!
+    const stuck = current.completed === last.completed && current.inFlight > 0
+    if (stuck) stuckSince ??= now
+    if (!stuck && stuckSince !== null) {
+      if (now - stuckSince >= STALL_MS) [stalls, longestMs] = [stalls + 1, Math.max(longestMs, now - stuckSince)]
+      stuckSince = null
+    }
+    last = current
+  }, 50)
+  return {
+    device: first.device,
+    stop() {
+      clearInterval(timer)
+      const stuckMs = stuckSince === null ? 0 : performance.now() - stuckSince
+      return stuckMs >= STALL_MS ? { stalls: stalls + 1, longestMs: Math.max(longestMs, stuckMs) } : { stalls, longestMs }
+    },
+  }
 }
 
 /** The process listening on loopback or any address at TCP `port` (a broker, whose CPU a phase reports), from /proc/net/tcp* and /proc/<pid>/fd. */
