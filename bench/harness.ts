@@ -371,7 +371,8 @@ export function postgresCpuSeconds(database?: string): number {
 
 /**
  * Watches the block device that holds `dir` (PostgreSQL's data directory) in /proc/diskstats every
- * 50 ms for stalls: spans of STALL_MS or more in which requests were in flight and none completed.
+ * 50 ms for stalls: spans of STALL_MS or more in which requests were in flight and none completed
+ * (and the longest such span of any length, to the 50 ms the samples can tell).
  * Every commit waits for the WAL's flush, so a disk that stops answering for 400 ms delays every
  * account's deliveries as long (docs/performance.md, issue 37, twentieth pass). Null when the
  * device cannot be read (no /proc, or the directory not on a listed device).
@@ -405,7 +406,8 @@ export function watchDiskStalls(dir: string): { device: string; stop(): { stalls
     const stuck = current.completed === last.completed && current.inFlight > 0
     if (stuck) stuckSince ??= now
     if (!stuck && stuckSince !== null) {
-      if (now - stuckSince >= STALL_MS) [stalls, longestMs] = [stalls + 1, Math.max(longestMs, now - stuckSince)]
+      if (now - stuckSince >= STALL_MS) stalls++
+      longestMs = Math.max(longestMs, now - stuckSince)
       stuckSince = null
     }
     last = current
@@ -415,7 +417,7 @@ export function watchDiskStalls(dir: string): { device: string; stop(): { stalls
     stop() {
       clearInterval(timer)
       const stuckMs = stuckSince === null ? 0 : performance.now() - stuckSince
-      return stuckMs >= STALL_MS ? { stalls: stalls + 1, longestMs: Math.max(longestMs, stuckMs) } : { stalls, longestMs }
+      return { stalls: stalls + (stuckMs >= STALL_MS ? 1 : 0), longestMs: Math.max(longestMs, stuckMs) }
     },
   }
 }

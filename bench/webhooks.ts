@@ -804,7 +804,7 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   printResult(healthy)
   if (disk) {
     const { stalls, longestMs } = disk.stop()
-    log(`  the disk of PostgreSQL's data (${disk.device}): ${stalls} stall${stalls === 1 ? '' : 's'} of 200 ms or more, requests in flight and none completed${stalls ? ` (longest ${fmtMs(longestMs)}): every commit waited` : ''}`)
+    log(`  the disk of PostgreSQL's data (${disk.device}): ${stalls} stall${stalls === 1 ? '' : 's'} of 200 ms or more, requests in flight and none completed${stalls ? ': every commit waited' : ''}; the longest span so: ${longestMs ? fmtMs(longestMs) : 'none seen'}`)
   }
   log(`  A: ${fmtInt(failedLoad!.accepted)} of ${FAILED_MESSAGES} failing messages accepted${failedLoad!.errors ? `, ${failedLoad!.errors} ERRORS (${failedLoad!.firstError})` : ''}; ${fmtInt(onGroups(healthy.stats, ['hang']).hung)} ${https ? 'requests' : 'connections'} held by the hanging listener`)
   if (rig.sql) {
