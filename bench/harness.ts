@@ -369,56 +369,72 @@ export function postgresCpuSeconds(database?: string): number {
   return total
 }
 
+/** A disk stall (watchDiskStalls): requests in flight and none completed for at least this long. */
+export const DISK_STALL_MS = 200
+
 /**
- * Watches the block device that holds `dir` (PostgreSQL's data directory) in /proc/diskstats every
- * 50 ms for stalls: spans of STALL_MS or more in which requests were in flight and none completed
- * (and the longest such span of any length, to the 50 ms the samples can tell).
+ * Watches the block device of PostgreSQL's WAL (`pg_wal` under `dataDir`, or `dataDir` itself
+ * when that cannot be read) in /proc/diskstats every 50 ms for stalls: DISK_STALL_MS or more in
+ * which requests were in flight and none completed, and the longest such span of any length.
  * Every commit waits for the WAL's flush, so a disk that stops answering for 400 ms delays every
- * account's deliveries as long (docs/performance.md, issue 37, twentieth pass). Null when the
- * device cannot be read (no /proc, or the directory not on a listed device).
+ * account's deliveries as long (docs/performance.md, issue 37, twentieth pass). A span is
+ * measured from the last sample before it to its last stuck sample: at least that long. Null
+ * when the device cannot be found (no /proc, a directory of another machine or a container).
  */
-export function watchDiskStalls(dir: string): { device: string; stop(): { stalls: number; longestMs: number } } | null {
-  let majorMinor: string
-  try {
-    const dev = statSync(dir).dev
-    majorMinor = `${Math.floor(dev / 256) & 0xfff} ${(dev & 0xff) | ((Math.floor(dev / 1048576) & 0xfff) << 8)}`
-  } catch {
-    return null
-  }
-  // Completed reads and writes, and requests in flight, of the device (Documentation/admin-guide/iostats.rst).
+export function watchDiskStalls(dataDir: string): { device: string; stop(): { stalls: number; longestMs: number } } | null {
+  const dev = [join(dataDir, 'pg_wal'), dataDir].map(deviceOf).find((found) => found !== null)
+  if (!dev) return null
+  // Fields per Documentation/admin-guide/iostats.rst: completions of reads (4), writes (8), discards (15) and flushes (19),
+  // the last two absent on older kernels; requests in flight (12).
   const sample = () => {
-    for (const line of readFileSync('/proc/diskstats', 'utf8').split('\n')) {
-      const f = line.trim().split(/\s+/)
-      if (`${f[0]} ${f[1]}` === majorMinor) return { device: f[2]!, completed: Number(f[3]) + Number(f[7]), inFlight: Number(f[11]) }
-    }
+    try {
+      for (const line of readFileSync('/proc/diskstats', 'utf8').split('\n')) {
+        const f = line.trim().split(/\s+/)
+        if (`${f[0]} ${f[1]}` !== dev) continue
+        const completed = [3, 7, 14, 18].reduce((sum, i) => sum + (Number(f[i]) || 0), 0)
+        return { device: f[2]!, completed, inFlight: Number(f[11]) || 0 }
+      }
+    } catch {}
     return null
   }
   const first = sample()
   if (!first) return null
-  const STALL_MS = 200
-  let last = first
-  let stuckSince: number | null = null
+  let last = { ...first, at: performance.now() }
+  let span: { from: number; to: number } | null = null
   let stalls = 0
   let longestMs = 0
+  const endSpan = () => {
+    if (!span) return
+    if (span.to - span.from >= DISK_STALL_MS) stalls++
+    longestMs = Math.max(longestMs, span.to - span.from)
+    span = null
+  }
   const timer = setInterval(() => {
-    const now = performance.now()
-    const current = sample()!
-    const stuck = current.completed === last.completed && current.inFlight > 0
-    if (stuck) stuckSince ??= now
-    if (!stuck && stuckSince !== null) {
-      if (now - stuckSince >= STALL_MS) stalls++
-      longestMs = Math.max(longestMs, now - stuckSince)
-      stuckSince = null
-    }
-    last = current
+    const current = sample()
+    if (!current) return
+    const at = performance.now()
+    if (current.completed === last.completed && current.inFlight > 0) span = { from: span?.from ?? last.at, to: at }
+    else endSpan()
+    last = { ...current, at }
   }, 50)
+  timer.unref()
   return {
     device: first.device,
     stop() {
       clearInterval(timer)
-      const stuckMs = stuckSince === null ? 0 : performance.now() - stuckSince
-      return { stalls: stalls + (stuckMs >= STALL_MS ? 1 : 0), longestMs: Math.max(longestMs, stuckMs) }
+      endSpan()
+      return { stalls, longestMs }
     },
+  }
+}
+
+/** "major minor" of the block device holding `path`, as /proc/diskstats names it (Linux's new_encode_dev), or null. */
+function deviceOf(path: string): string | null {
+  try {
+    const dev = statSync(path).dev
+    return `${Math.floor(dev / 256) & 0xfff} ${(dev & 0xff) | ((Math.floor(dev / 1048576) & 0xfff) << 8)}`
+  } catch {
+    return null
   }
 }
 

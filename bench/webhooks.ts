@@ -48,7 +48,7 @@
  *           where B's time went per stage from the database's clocks (message, event and attempt rows)
  *           and per two seconds of the storm, the worker's claims meanwhile, and how many due subscriptions were ahead of B's
  *           (hook_queues, sampled every 100 ms), and the disk's stalls meanwhile (spans of 200 ms or
- *           more in which the device of PostgreSQL's data completed no request: every commit waits). Then the broken
+ *           more in which the device of PostgreSQL's WAL completed no request: every commit waits). Then the broken
  *           receivers recover (a healthy listener on the closed port, the hanging one answers 204)
  *           and the bench waits up to --recover-seconds (300) for every broken delivery. A broker kind recovers by PATCHing every broken
  *           subscription's target_url to the running broker (the machine's one cannot be stopped and
@@ -111,7 +111,7 @@ import { natsStream, rabbitMqQueue } from './brokers.ts'
 import { DroppedError, HttpPool } from './http-client.ts'
 import { closedGets, FAILURE, impliedRollups, seedAttempts, whereTimeGoes } from './stats.ts'
 import {
-  BUN, call, childEnv, commandLine, connect, epochNow, expectStatus, fail, fmtCores, fmtFixed, fmtInt, fmtMs, freePort, listenerPid, onCleanup, percentiles,
+  BUN, call, childEnv, commandLine, connect, DISK_STALL_MS, epochNow, expectStatus, fail, fmtCores, fmtFixed, fmtInt, fmtMs, freePort, listenerPid, onCleanup, percentiles,
   postgresCpuSeconds, printMachine, printProblems, printTable, processCpuSeconds, redact, runCommand, runMain, serverProblems, sleep, startCpu,
   startOtlpSink, startServer, startService, stopChild, storage, tempDir, verdict, watchDiskStalls, type CpuUse, type Server, type Sql, type Storage,
 } from './harness.ts'
@@ -782,7 +782,9 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
       await sleep(QUEUE_SAMPLE_MS)
     }
   })()
-  const disk = rig.sql ? watchDiskStalls((await rig.sql`show data_directory`)[0]!.data_directory) : null
+  // Reading data_directory takes a superuser or pg_read_all_settings: without, the disk is not watched.
+  const dataDir = rig.sql ? await rig.sql`show data_directory`.then(([row]) => ({ path: String(row!.data_directory) }), (error: Error) => ({ error: error.message })) : null
+  const disk = dataDir && 'path' in dataDir ? watchDiskStalls(dataDir.path) : null
   const healthy = await measure(rig, {
     label: `storm: B's healthy subscription at ${STORM_RATE}/s`,
     groups: ['healthy'],
@@ -804,8 +806,8 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   printResult(healthy)
   if (disk) {
     const { stalls, longestMs } = disk.stop()
-    log(`  the disk of PostgreSQL's data (${disk.device}): ${stalls} stall${stalls === 1 ? '' : 's'} of 200 ms or more, requests in flight and none completed${stalls ? ': every commit waited' : ''}; the longest span so: ${longestMs ? fmtMs(longestMs) : 'none seen'}`)
-  }
+    log(`  the disk of PostgreSQL's WAL (${disk.device}): ${stalls} stall${stalls === 1 ? '' : 's'} of ${DISK_STALL_MS} ms or more, requests in flight and none completed${stalls ? ': every commit waited' : ''}; longest span without a completion: ${longestMs ? fmtMs(longestMs) : 'none seen'}`)
+  } else if (dataDir) log(`  the disk of PostgreSQL's WAL: not watched (${'path' in dataDir ? `no block device found for ${dataDir.path}` : dataDir.error})`)
   log(`  A: ${fmtInt(failedLoad!.accepted)} of ${FAILED_MESSAGES} failing messages accepted${failedLoad!.errors ? `, ${failedLoad!.errors} ERRORS (${failedLoad!.firstError})` : ''}; ${fmtInt(onGroups(healthy.stats, ['hang']).hung)} ${https ? 'requests' : 'connections'} held by the hanging listener`)
   if (rig.sql) {
     const rows = await rig.sql`select d.status, count(*)::int as n, sum(d.attempts)::int as attempts from deliveries d join hooks h on h.id = d.hook_id where h.account_id = ${a.id} group by 1 order by 1`
