@@ -55,7 +55,7 @@ export async function openConfiguredDatabase(config: Config): Promise<OpenedData
   }
   const lock = acquireDataDirLock(config.dataDir)
   try {
-    const handle = pgliteDatabase(await TurnTakingPGlite.open({ dataDir: config.dataDir }))
+    const handle = pgliteDatabase(await TurnTakingPGlite.create({ dataDir: config.dataDir }))
     await migratePgliteDatabase(handle)
     // PGlite chooses the modes of its files itself (0666 for the database it creates, whatever
     // the umask): close everything to other users once it is open and migrated, and again once

@@ -266,7 +266,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
       return template
     })()
     // The server's PGlite (src/lib/db/client.ts), so every test on PGlite runs through its turns.
-    const clone = await TurnTakingPGlite.open({ loadDataDir: await (await pgliteTemplate).dumpDataDir('none') })
+    const clone = await TurnTakingPGlite.create({ loadDataDir: await (await pgliteTemplate).dumpDataDir('none') })
     const handle = pgliteDatabase(clone)
     return { handle, url: undefined, drop: () => handle.close() }
   }

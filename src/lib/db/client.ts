@@ -210,12 +210,12 @@ export class TurnTakingPGlite extends PGlite {
   #chainStartedAt = 0
 
   /**
-   * A TurnTakingPGlite, ready: the one way it is made, for the server's data directory
-   * (src/instance.ts) and for the tests' clones of a migrated template (tests/support/database.ts),
-   * so both run the same class. (PGlite's own static `create` makes a plain PGlite.)
+   * A TurnTakingPGlite, ready: how the server's data directory (src/instance.ts) and the tests'
+   * clones of a migrated template (tests/support/database.ts) are opened, so both run this class.
+   * PGlite's own `create` would make a plain PGlite, without the turns.
    */
-  static async open(options: PGliteOptions): Promise<TurnTakingPGlite> {
-    const client = new TurnTakingPGlite(options)
+  static override async create(dataDirOrOptions?: string | PGliteOptions, options?: PGliteOptions): Promise<TurnTakingPGlite> {
+    const client = new TurnTakingPGlite(typeof dataDirOrOptions === 'string' ? { ...options, dataDir: dataDirOrOptions } : (dataDirOrOptions ?? {}))
     await client.waitReady
     return client
   }

@@ -14,7 +14,7 @@ describe('the embedded database leaves the event loop its turns (src/lib/db/clie
   let client: PGlite
   beforeAll(async () => {
     dataDir = mkdtempSync(join(tmpdir(), 'pglite-turns-'))
-    client = await TurnTakingPGlite.open({ dataDir })
+    client = await TurnTakingPGlite.create({ dataDir })
   })
   afterAll(async () => {
     await client.close()
