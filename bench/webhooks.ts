@@ -38,7 +38,8 @@
  *           p50/p99. A table puts the kinds side by side. Exchange, queue and stream are named after the run
  *           and deleted at the end. Under a minute.
  *   storm   account A: --broken subscriptions to message.failed (default 1,000; PGlite 100), half at a
- *           closed local port (refused), half at a listener that accepts and never answers. Their kind is
+ *           closed local port (refused), half at a listener that accepts and never answers (in a receiver
+ *           process of their own, not the healthy one's). Their kind is
  *           --broken-kind: https (default), or rabbitmq / nats: amqp:// or nats:// URLs at the closed port
  *           and at a plain TCP listener that accepts and never answers (--broken then defaults to 200: a
  *           stopped broker behind 200 subscriptions). Then --failed-messages (200) of its messages fail
@@ -745,7 +746,10 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   const refusePort = freePort()
   const hangPort = freePort()
   const https = BROKEN_KIND === 'https'
-  await rig.receiver.listen(hangPort, !https)
+  // A's receivers are not B's: in a process of their own, their connections do not take turns on the
+  // event loop of the receiver that times B's deliveries (docs/performance.md, issue 37, twenty-first pass).
+  const brokenSide = await startConsumer(rig, 'broken receivers')
+  await brokenSide.listen(hangPort, !https)
   const at = (i: number) => (i < REFUSED ? { port: refusePort, group: 'refuse' } : { port: hangPort, group: 'hang' })
   const broken = Array.from({ length: BROKEN }, (_, i) => ({
     account: a,
@@ -837,8 +841,8 @@ async function storm(rig: Rig, summary: Summary): Promise<void> {
   const r0 = performance.now()
   const stop = startMeter(rig)
   if (https) {
-    await rig.receiver.listen(refusePort)
-    await rig.receiver.heal()
+    await brokenSide.listen(refusePort)
+    await brokenSide.heal()
   } else {
     await patchHooks(rig, a, brokenHooks, (j) => ({ target_url: brokerTarget(BROKEN_KIND, 'recovered', String(j)) }))
     log(`recovery: ${BROKEN} target_url PATCHed to ${what} at ${BROKEN_KIND === 'rabbitmq' ? RABBITMQ_URL.host : NATS_URL.host} in ${((performance.now() - r0) / 1000).toFixed(1)} s`)
