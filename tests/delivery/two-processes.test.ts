@@ -11,13 +11,14 @@ import { isForbiddenHost } from '../../src/lib/security/outbound.ts'
 // Two servers on one PostgreSQL drain one backlog. PGlite is one process's database: nothing to share there.
 setDefaultTimeout(90_000)
 
-// Nothing is answered until both processes listen: one that started first (the other waits on the
-// migration lock) would otherwise drain the whole backlog alone.
-let bothListening: () => void
-const listening = new Promise<void>((resolve) => (bothListening = resolve))
+// Nothing is answered until both processes have claimed deliveries: one whose worker started first
+// (the other waits on the migration lock, or its worker thread is slow to start on a busy machine)
+// would otherwise drain the whole backlog alone.
+let bothClaimed: () => void
+const claimedByBoth = new Promise<void>((resolve) => (bothClaimed = resolve))
 
 const receiver = startReceiver(async () => {
-  await listening
+  await claimedByBoth
   // Slow enough that a second concurrent send of one delivery would overlap the first.
   await Bun.sleep(15)
   return new Response('ok')
@@ -55,7 +56,9 @@ test.if(!!database.url)('two processes on one PostgreSQL send every delivery onc
     WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: '2',
   }
   const servers: RunningProcess[] = await Promise.all([startServerProcess(['bun', 'src/main.ts'], env), startServerProcess(['bun', 'src/main.ts'], env)])
-  bothListening!()
+  // Each holds its claimed deliveries unanswered meanwhile, so the backlog is still there for the other.
+  await Promise.all(servers.map((server) => server.waitForOutput('"msg":"claimed deliveries"', 30_000)))
+  bothClaimed!()
   try {
     await receiver.waitFor((received) => received.length >= HOOKS * EVENTS_PER_HOOK, 60_000)
     await Bun.sleep(500)
