@@ -1,4 +1,5 @@
 import { createFlowControl, type FlowSettings } from './flow-control.ts'
+import { createOriginWindows } from './origin-windows.ts'
 import { decideAfterAttempt } from './policy.ts'
 import type { AttemptResult } from './send.ts'
 import type { ClaimOptions, ClaimResult, ClaimedDelivery, RecordedAttempt } from './store.ts'
@@ -74,11 +75,15 @@ export interface Dispatcher {
  *   account's single subscription may also use;
  * - suspect subscriptions (the last attempt failed, or the circuit is open:
  *   src/delivery/circuit.ts) no more than half the slots together, since their attempts are the
- *   ones that hold a slot until the timeout.
+ *   ones that hold a slot until the timeout;
+ * - each origin that has not answered lately a few attempts in flight, all its subscriptions
+ *   together (src/delivery/origin-windows.ts): a host that never answers holds a slot each until
+ *   the timeout, before any of its subscriptions is a suspect.
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const { store, concurrency } = options
   const flow = createFlowControl(options.flow)
+  const origins = createOriginWindows()
   let inFlight = 0
   let suspectsInFlight = 0
   const accountsInFlight = new Map<string, number>()
@@ -151,6 +156,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const accountAllowances: Record<string, number> = {}
     for (const [accountId, count] of accountsInFlight) accountAllowances[accountId] = Math.max(0, flow.accountShare(accountId, concurrency) - count)
     const told = flow.claimAllowances(concurrency)
+    const toldOrigins = origins.claimAllowances(concurrency)
     const woken = [...wokenHooks]
     wokenHooks = new Set()
     return {
@@ -162,6 +168,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       accountAllowances,
       defaultAccountAllowance: flow.accountShare(undefined, concurrency),
       suspectAllowance: Math.max(0, Math.floor(concurrency / 2) - suspectsInFlight),
+      originAllowances: toldOrigins.origins,
+      defaultOriginAllowance: toldOrigins.newcomer,
       maxPerHook: options.maxPerHook,
       // A slot is free once its attempt ends, not once it is recorded: a subscription at its maximum would
       // otherwise wait for every record too (docs/performance.md, issue 37).
@@ -177,9 +185,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     accountsInFlight.set(delivery.accountId, (accountsInFlight.get(delivery.accountId) ?? 0) + 1)
     options.onInFlight?.(inFlight)
     flow.started(delivery.hookId, delivery.accountId)
+    origins.started(delivery.origin)
     const startedAt = performance.now()
     const result = await options.send(delivery)
     flow.answered(delivery.hookId, startedAt, result)
+    origins.ended(delivery.origin, result)
     const attempt = { deliveryId: delivery.id, hookId: delivery.hookId, accountId: delivery.accountId, result, decision: decideAfterAttempt(result, delivery.attempts + 1, options.schedule, Math.random, delivery) }
     options.onAttempt?.(delivery, attempt)
     finished.push(attempt)

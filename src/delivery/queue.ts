@@ -19,13 +19,22 @@ import { queryRows, type Database } from '../lib/db/client.ts'
  */
 
 /**
- * SQL: marks the subscriptions that `hooks` (a query of two columns: a subscription's id and its
- * account's) yields due now, unless due sooner. Rows are written in hook id order, so that two
- * writers marking the same subscriptions never wait on each other in a circle.
+ * SQL: the origin of a stored target URL (`url`, an expression): its scheme, host and port, without
+ * a broker URL's user name. Stored URLs are normalized when they are written (src/hooks/service.ts),
+ * so one origin reads the same in each of them. The claim bounds attempts in flight per origin
+ * (docs/webhooks.md#when-an-endpoint-keeps-failing); drizzle/0031_hook_queues_origin.sql repeats the pattern.
  */
-export const markDue = (hooks: SQL): SQL => sql`insert into hook_queues (hook_id, account_id, due_at)
-  select distinct hook_id, account_id, now() from (${hooks}) as marked(hook_id, account_id) order by hook_id
-  on conflict (hook_id) do update set due_at = least(hook_queues.due_at, excluded.due_at)`
+export const targetOrigin = (url: SQL): SQL => sql`regexp_replace(${url}, '^([a-z][a-z0-9+.-]*://)([^@/?#]*@)?([^/?#]*).*$', '\\1\\3')`
+
+/**
+ * SQL: marks the subscriptions that `hooks` (a query of three columns: a subscription's id, its
+ * account's, and its target's origin, `targetOrigin`) yields due now, unless due sooner, and keeps
+ * the origin the queue row holds. Rows are written in hook id order, so that two writers marking the
+ * same subscriptions never wait on each other in a circle.
+ */
+export const markDue = (hooks: SQL): SQL => sql`insert into hook_queues (hook_id, account_id, origin, due_at)
+  select distinct hook_id, account_id, origin, now() from (${hooks}) as marked(hook_id, account_id, origin) order by hook_id
+  on conflict (hook_id) do update set due_at = least(hook_queues.due_at, excluded.due_at), origin = excluded.origin`
 
 /**
  * Marks these subscriptions due now (one deleted meanwhile is left out), passing over a queue
@@ -50,7 +59,7 @@ async function markUnlessHeld(db: Database, hookIds: readonly string[]): Promise
     db,
     sql`with wanted as (
           -- One deleted meanwhile is left out; the key-share lock keeps the rest from going before the rows below are written.
-          select h.id, h.account_id from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h
+          select h.id, h.account_id, ${targetOrigin(sql`h.target_url`)} as origin from hooks h where h.id in (select value from jsonb_array_elements_text(${JSON.stringify(hookIds)}::jsonb)) for key share of h
         ),
         free as (
           select q.hook_id from hook_queues q join wanted w on w.id = q.hook_id order by q.hook_id for update of q skip locked
@@ -59,8 +68,8 @@ async function markUnlessHeld(db: Database, hookIds: readonly string[]): Promise
           update hook_queues q set due_at = least(q.due_at, now()) from free f where q.hook_id = f.hook_id returning q.hook_id
         ),
         added as (
-          insert into hook_queues (hook_id, account_id, due_at)
-          select w.id, w.account_id, now() from wanted w where not exists (select 1 from hook_queues q where q.hook_id = w.id) order by w.id
+          insert into hook_queues (hook_id, account_id, origin, due_at)
+          select w.id, w.account_id, w.origin, now() from wanted w where not exists (select 1 from hook_queues q where q.hook_id = w.id) order by w.id
           on conflict (hook_id) do nothing
           returning hook_id
         )

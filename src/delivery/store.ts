@@ -36,6 +36,8 @@ export interface ClaimedDelivery {
   eventSubscription: boolean
   /** The W3C traceparent stored with its event (docs/operations.md#traces): the attempt is a span of that trace. */
   traceContext: string | null
+  /** Its target's scheme, host and port (src/delivery/queue.ts, `targetOrigin`): the key of the bound per origin. */
+  origin: string
 }
 
 export interface ClaimOptions {
@@ -53,6 +55,10 @@ export interface ClaimOptions {
   defaultAccountAllowance: number
   /** Attempts suspect subscriptions (last attempt failed, or circuit open) may start in this claim, all together. */
   suspectAllowance: number
+  /** Attempts to each of these origins (src/delivery/queue.ts, `targetOrigin`) this claim may start, all their subscriptions together. */
+  originAllowances?: Record<string, number>
+  /** Attempts to any other origin this claim may start; none given: no bound per origin. */
+  defaultOriginAllowance?: number
   /** Deliveries of one subscription in flight at once, across every sender on the database (WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION). */
   maxPerHook: number
   /**
@@ -120,7 +126,7 @@ const CLAIM_LOCK = 7_200_011
  * It takes the subscriptions that are due from the queue's index (src/delivery/queue.ts): those
  * the caller was just woken for (`woken`), by key, then the others oldest due_at first, as many
  * as its limit (16 to 128), skipping those the caller has no room for
- * (their allowance, their account's, the suspects' share), and locks their queue and
+ * (their allowance, their account's, their origin's, the suspects' share), and locks their queue and
  * subscription rows, passing over rows another transaction holds (a writer marking them due, or
  * another claim). Per subscription it takes no more than the smallest of: the caller's
  * allowance (its adaptive window and fair share), what the cross-process maximum leaves, what
@@ -129,7 +135,8 @@ const CLAIM_LOCK = 7_200_011
  * (Retry-After) gets nothing until then. It reads the head of each one's own pending queue, so
  * a backlog of thousands costs the others nothing. The rows found are ranked by what their
  * subscription already has in flight plus their place in its line, so the least-served
- * subscription is served first, then cut to each account's allowance and the suspects' share.
+ * subscription is served first, then cut to each account's allowance, each origin's
+ * (src/delivery/origin-windows.ts) and the suspects' share.
  *
  * Then it moves each subscription it looked at to when it is next due: now if it may have more
  * due, or had rows the cut left (to the back of the line: round robin, so one account's
@@ -171,6 +178,7 @@ export async function claimDueDeliveries(
     probe: boolean
     event_subscription: boolean
     trace_context: string | null
+    origin: string
     visited: number
     backlog: string
   }
@@ -187,13 +195,16 @@ export async function claimDueDeliveries(
     sql`(select coalesce(jsonb_object_agg(x.hook_id, x.v), '{}') from (select hook_id, ${aggregate} as v from ${member} group by hook_id) x)`
   const accountAllowance = (accountId: SQL) =>
     sql`coalesce((${JSON.stringify(options.accountAllowances)}::jsonb ->> ${accountId})::int, ${options.defaultAccountAllowance})`
-  const dueColumns = sql`q.hook_id, q.due_at, h.account_id, h.status, h.expires_at, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
+  const originAllowance = (origin: SQL) =>
+    sql`coalesce((${JSON.stringify(options.originAllowances ?? {})}::jsonb ->> ${origin})::int, ${options.defaultOriginAllowance ?? options.limit})`
+  const dueColumns = sql`q.hook_id, q.due_at, q.origin, h.account_id, h.status, h.expires_at, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
                    h.rate_limit_per_s, h.rate_window_started_at, h.rate_window_count,
                    h.status = 'active' and (h.expires_at is null or h.expires_at > now()) and (h.throttled_until is null or h.throttled_until <= now()) as servable`
-  // The account's copy on the queue row: a row with no room is passed over without reading its
-  // subscription (a claim behind another account's thousand full rows read them all: docs/performance.md).
+  // The account's and the origin's copies on the queue row: a row with no room is passed over without reading
+  // its subscription (a claim behind another account's thousand full rows read them all: docs/performance.md).
   const hasRoom = sql`${allowance(sql`q.hook_id`, sql`q.account_id`)} > 0
               and ${accountAllowance(sql`q.account_id`)} > 0
+              and ${originAllowance(sql`q.origin`)} > 0
               and (${options.suspectAllowance} > 0 or (h.consecutive_failures = 0 and h.circuit_opened_at is null))`
   const wokenIds = sql`${JSON.stringify(options.woken ?? [])}::jsonb`
   const claim = sql`with
@@ -258,7 +269,7 @@ export async function claimDueDeliveries(
             from held d
           ),
           candidates as (
-            select c.id, c.next_attempt_at, r.hook_id, r.account_id, r.due_at, r.held, r.suspect, r.probe,
+            select c.id, c.next_attempt_at, r.hook_id, r.account_id, r.origin, r.due_at, r.held, r.suspect, r.probe,
                    row_number() over (partition by r.hook_id order by c.next_attempt_at, c.id) as place
             from rooms r
             cross join lateral (
@@ -278,9 +289,18 @@ export async function claimDueDeliveries(
                    count(*) filter (where c.suspect) over (order by c.held + c.place, c.due_at, c.id) as suspect_place
             from candidates c
           ),
+          fitted as (
+            -- Places at an origin are counted among the rows the other bounds kept: another account's rows cut above
+            -- take no place from yours at a host you share.
+            select r.*,
+                   row_number() over (partition by r.origin order by r.held + r.place, r.due_at, r.id) as origin_place,
+                   ${originAllowance(sql`r.origin`)} as origin_room
+            from ranked r
+            where r.account_place <= r.account_room and (not r.suspect or r.suspect_place <= ${options.suspectAllowance})
+          ),
           picked as (
-            select id, hook_id, suspect, probe from ranked
-            where account_place <= account_room and (not suspect or suspect_place <= ${options.suspectAllowance})
+            select id, hook_id, origin, suspect, probe from fitted
+            where origin_place <= origin_room
             order by held + place, due_at, id
             limit ${options.limit}
           ),
@@ -304,7 +324,7 @@ export async function claimDueDeliveries(
             where d.id = picked.id and e.id = d.event_id and h.id = d.hook_id
             returning d.id, d.event_id, d.hook_id, h.account_id, d.attempts, e.payload, e.type as event_type, h.target_url, h.target_credentials_ciphertext, h.signature_scheme, h.secret_ciphertext,
                       case when h.previous_secret_expires_at > now() then h.previous_secret_ciphertext end as previous_secret_ciphertext,
-                      picked.suspect, picked.probe, h.grant_id is not null as event_subscription, e.trace_context
+                      picked.suspect, picked.probe, h.grant_id is not null as event_subscription, e.trace_context, picked.origin
           ),
           counted as materialized (
             select r.*, coalesce((${perHook(sql`count(*)::int`, sql`candidates`)} ->> r.hook_id)::int, 0) as candidate_count,
@@ -381,6 +401,7 @@ export async function claimDueDeliveries(
         probe: row.probe === true,
         eventSubscription: row.event_subscription === true,
         traceContext: row.trace_context,
+        origin: row.origin,
       })),
     more: visited >= scan,
     backlog: (JSON.parse(rows[0]?.backlog ?? '[]') as [string, string, number][]).map(([hookId, accountId, waitedMs]) => ({ hookId, accountId, waitedMs })),

@@ -9,7 +9,7 @@ import { traceAttempt } from '../delivery/attempt-span.ts'
 import type { Logger } from '../lib/runtime/logger.ts'
 import { readPage, type Page } from '../lib/http/pagination.ts'
 import type { SecretBox } from '../lib/security/secret-box.ts'
-import { markDue } from '../delivery/queue.ts'
+import { markDue, targetOrigin } from '../delivery/queue.ts'
 import { attemptRollups } from '../stats/rollups.ts'
 import type { SendOptions } from '../delivery/send.ts'
 import type { SignatureScheme, SigningKeys } from '../delivery/signing.ts'
@@ -181,7 +181,7 @@ export async function retryDelivery(deps: Pick<DeliveryOperationDeps, 'db' | 'de
         ),
         ${probeNow(sql`select hook_id from requeued`)},
         queued as (
-          ${markDue(sql`select hook_id, ${accountId}::text from requeued`)}
+          ${markDue(sql`select r.hook_id, ${accountId}::text, ${targetOrigin(sql`h.target_url`)} from requeued r join hooks h on h.id = r.hook_id`)}
         )
         select next_attempt_at::text from requeued`,
   )
@@ -224,7 +224,7 @@ export async function recoverDeliveries(deps: Pick<DeliveryOperationDeps, 'db' |
         ),
         ${probeNow(sql`select hook_id from requeued`)},
         queued as (
-          ${markDue(sql`select hook_id, ${accountId}::text from requeued`)}
+          ${markDue(sql`select r.hook_id, ${accountId}::text, ${targetOrigin(sql`h.target_url`)} from requeued r join hooks h on h.id = r.hook_id`)}
         )
         select id from requeued`,
   )

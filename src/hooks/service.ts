@@ -3,7 +3,7 @@ import { and, count, desc, eq, isNull, lt, sql, type SQL } from 'drizzle-orm'
 import type { PgUpdateSetSource } from 'drizzle-orm/pg-core'
 import type { Static } from 'elysia'
 import { circuitState } from '../delivery/circuit.ts'
-import { markDue } from '../delivery/queue.ts'
+import { markDue, targetOrigin } from '../delivery/queue.ts'
 import type { Database } from '../lib/db/client.ts'
 import { accounts, hooks } from '../lib/db/schema.ts'
 import { ApiError, notFound, validationFailed } from '../lib/http/errors.ts'
@@ -366,7 +366,7 @@ const closedCircuit = { consecutiveFailures: 0, circuitOpenedAt: null, circuitPr
 async function changeOwnHook(db: Database, accountId: string, hookId: string, changes: PgUpdateSetSource<typeof hooks>): Promise<Hook> {
   const hook = await db.transaction(async (tx) => {
     const [updated] = await tx.update(hooks).set(changes).where(and(eq(hooks.id, hookId), eq(hooks.accountId, accountId))).returning()
-    await tx.execute(markDue(sql`select id, account_id from hooks where id = ${hookId} and account_id = ${accountId}`))
+    await tx.execute(markDue(sql`select id, account_id, ${targetOrigin(sql`target_url`)} from hooks where id = ${hookId} and account_id = ${accountId}`))
     return updated
   })
   if (!hook) throw noSuchHook(hookId)

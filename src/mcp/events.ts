@@ -5,7 +5,7 @@ import { ProtocolError } from '@modelcontextprotocol/server'
 import type { Caller } from '../auth/authenticator.ts'
 import { sendWebhook } from '../delivery/send.ts'
 import { accounts, grants, hooks } from '../lib/db/schema.ts'
-import { markDue } from '../delivery/queue.ts'
+import { markDue, targetOrigin } from '../delivery/queue.ts'
 import { isUniqueViolation } from '../lib/db/errors.ts'
 import { countHits, releaseHits } from '../lib/db/rate-limits.ts'
 import type { Database, DatabaseTransaction } from '../lib/db/client.ts'
@@ -249,7 +249,7 @@ async function refresh(
     .returning({ id: hooks.id })
   if (updated.length === 0) return false
   // The claim takes an expired subscription off the queue; renewed before the sweep deleted it, it has to be put back.
-  await deps.db.execute(markDue(sql`select id, account_id from hooks where id = ${input.id}`))
+  await deps.db.execute(markDue(sql`select id, account_id, ${targetOrigin(sql`target_url`)} from hooks where id = ${input.id}`))
   return true
 }
 

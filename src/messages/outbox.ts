@@ -1,7 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm'
 import type { Static } from 'elysia'
 import { newId } from '../lib/db/ids.ts'
-import { markDue } from '../delivery/queue.ts'
+import { markDue, targetOrigin } from '../delivery/queue.ts'
 import { eventRollups } from '../stats/rollups.ts'
 import type { EventType } from './event-types.ts'
 import type { EventSchema, MessageSchema } from './schemas.ts'
@@ -54,7 +54,7 @@ export const storeEventsAndDeliveries: SQL = sql`,
   targets as (
     -- From new_events alone, joined to no other member: with hash joins off (src/lib/db/keyed-plans.ts)
     -- such a join is a nested loop that reads one member again for every row of the other.
-    select e.id as event_id, h.id as hook_id, h.account_id, h.status
+    select e.id as event_id, h.id as hook_id, h.account_id, h.status, ${targetOrigin(sql`h.target_url`)} as origin
     from new_events e join hooks h on h.account_id = e.account_id and h.event = e.type and h.status in ('active', 'paused')
       and (h.expires_at is null or h.expires_at > now())
       and (h.filter_contacts is null or e.contact = any(h.filter_contacts))
@@ -68,7 +68,7 @@ export const storeEventsAndDeliveries: SQL = sql`,
   queued as (
     -- From the subscriptions found above, not by joining hooks again: a prepared statement's plan made while
     -- hooks was small looped over all of it once per delivery (365 ms for 100 deliveries at 10,000 subscriptions).
-    ${markDue(sql`select hook_id, account_id from targets where status = 'active'`)}
+    ${markDue(sql`select hook_id, account_id, origin from targets where status = 'active'`)}
   )${eventRollups('new_events', ['new_deliveries'])}
   select (select count(*) from new_deliveries)::int as delivery_count,
          (select case when count(*) <= ${NARROW_FAN_OUT} then coalesce(jsonb_agg(x.hook_id), '[]') end

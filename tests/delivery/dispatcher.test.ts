@@ -1,9 +1,10 @@
 import { describe, expect, test } from 'bun:test'
 import { createDispatcher, type DeliveryStore, type DispatcherOptions } from '../../src/delivery/dispatcher.ts'
+import { UNANSWERED_ORIGIN_WINDOW } from '../../src/delivery/origin-windows.ts'
 import type { AttemptResult } from '../../src/delivery/send.ts'
 import type { ClaimOptions, ClaimedDelivery, RecordedAttempt } from '../../src/delivery/store.ts'
 
-const delivery = (id: number, hookId = 'hook_1'): ClaimedDelivery => ({
+const delivery = (id: number, hookId = 'hook_1', origin = 'https://example.com'): ClaimedDelivery => ({
   id: `dlv_${id}`,
   eventId: `evt_${id}`,
   hookId,
@@ -11,7 +12,7 @@ const delivery = (id: number, hookId = 'hook_1'): ClaimedDelivery => ({
   attempts: 0,
   payload: '{}',
   eventType: 'message.delivered',
-  targetUrl: 'https://example.com/',
+  targetUrl: `${origin}/`,
   targetCredentialsCiphertext: null,
   signatureScheme: 'hmac',
   secretCiphertext: 'sealed',
@@ -20,10 +21,11 @@ const delivery = (id: number, hookId = 'hook_1'): ClaimedDelivery => ({
   probe: false,
   eventSubscription: false,
   traceContext: null,
+  origin,
 })
 const ok: AttemptResult = { ok: true, status: 200, durationMs: 1, error: null, failure: null, responseSnippet: '', retryAfterSeconds: null }
 
-/** A queue of due deliveries in memory, honouring each subscription's allowance, recording what the dispatcher asked of it. */
+/** A queue of due deliveries in memory, honouring each allowance (subscription, account, suspects, origin), recording what the dispatcher asked of it. */
 function memoryStore(due: ClaimedDelivery[]) {
   const claims: ClaimOptions[] = []
   const recorded: RecordedAttempt[][] = []
@@ -32,6 +34,7 @@ function memoryStore(due: ClaimedDelivery[]) {
       claims.push(options)
       const taken = new Map<string, number>()
       const takenByAccount = new Map<string, number>()
+      const takenByOrigin = new Map<string, number>()
       let suspects = 0
       const picked: ClaimedDelivery[] = []
       for (const item of [...due]) {
@@ -41,8 +44,11 @@ function memoryStore(due: ClaimedDelivery[]) {
         if (count >= (options.allowances[item.hookId] ?? options.defaultAllowance)) continue
         if (accountCount >= (options.accountAllowances[item.accountId] ?? options.defaultAccountAllowance)) continue
         if (item.suspect && suspects >= options.suspectAllowance) continue
+        const originCount = takenByOrigin.get(item.origin) ?? 0
+        if (originCount >= (options.originAllowances?.[item.origin] ?? options.defaultOriginAllowance ?? Infinity)) continue
         taken.set(item.hookId, count + 1)
         takenByAccount.set(item.accountId, accountCount + 1)
+        takenByOrigin.set(item.origin, originCount + 1)
         if (item.suspect) suspects++
         picked.push(item)
         due.splice(due.indexOf(item), 1)
@@ -373,7 +379,7 @@ describe('the dispatcher', () => {
     await Bun.sleep(20)
     expect(dispatcher.stats().inFlight).toBe(8)
     // The suspects among them were held to half the slots as well; now a quiet account's delivery arrives and is sent while the noisy one's still hang.
-    memory.due.push({ ...delivery(100, 'hook_quiet'), accountId: 'acc_quiet' })
+    memory.due.push({ ...delivery(100, 'hook_quiet', 'https://quiet.example'), accountId: 'acc_quiet' })
     dispatcher.wake()
     await until(() => sent.includes('dlv_100'))
     expect(memory.claims.some((claim) => claim.accountAllowances.acc_noisy === 0 && claim.defaultAccountAllowance > 0)).toBe(true)
@@ -385,5 +391,53 @@ describe('the dispatcher', () => {
     expect(new Set(sent).size).toBe(41)
     for (const resolve of release.splice(0)) resolve()
     await dispatcher.stop()
+  })
+
+  test("an origin that has not answered keeps a few attempts in flight, its subscriptions together; its first answer lifts the bound", async () => {
+    const hanging = Array.from({ length: 40 }, (_, i) => ({ ...delivery(i, `hook_${i}`, 'https://hangs.example'), accountId: 'acc_one' }))
+    const memory = memoryStore(hanging)
+    const release: ((result: AttemptResult) => void)[] = []
+    const sent: string[] = []
+    const dispatcher = dispatcherWith({
+      store: memory.store,
+      async send(item) {
+        sent.push(item.id)
+        if (item.origin !== 'https://hangs.example') return ok
+        return new Promise<AttemptResult>((resolve) => release.push(resolve))
+      },
+      concurrency: 64,
+      flow: { initialWindow: 4, maxWindow: 16 },
+      maxPerHook: 16,
+      onError: (message, error) => {
+        throw new Error(`${message}: ${error}`)
+      },
+    })
+    try {
+      // The account may use 32 of the 64 slots; the origin that has never answered, 8.
+      await until(() => sent.length === UNANSWERED_ORIGIN_WINDOW)
+      await Bun.sleep(20)
+      expect(dispatcher.stats().inFlight).toBe(UNANSWERED_ORIGIN_WINDOW)
+      // The same account's receiver at another origin is not held back by it.
+      memory.due.push({ ...delivery(100, 'hook_elsewhere', 'https://answers.example'), accountId: 'acc_one' })
+      dispatcher.wake()
+      await until(() => sent.includes('dlv_100'))
+      // A timeout is no answer: its place goes to the next attempt, and the bound stays.
+      release.shift()!({ ok: false, status: null, durationMs: 15_000, error: 'timed out', failure: 'timeout', responseSnippet: '', retryAfterSeconds: null })
+      await until(() => sent.length === UNANSWERED_ORIGIN_WINDOW + 2)
+      await Bun.sleep(20)
+      expect(dispatcher.stats().inFlight).toBe(UNANSWERED_ORIGIN_WINDOW)
+      expect(memory.claims.some((claim) => claim.originAllowances?.['https://hangs.example'] === 0 && claim.defaultOriginAllowance === UNANSWERED_ORIGIN_WINDOW)).toBe(true)
+      // A 503 is an answer: the host is up, and its subscriptions may use the account's share again.
+      release.shift()!({ ok: false, status: 503, durationMs: 5, error: 'HTTP 503', failure: 'http_5xx', responseSnippet: '', retryAfterSeconds: null })
+      await until(() => dispatcher.stats().inFlight > UNANSWERED_ORIGIN_WINDOW)
+    } finally {
+      for (let i = 0; i < 200 && sent.length < 41; i++) {
+        for (const resolve of release.splice(0)) resolve(ok)
+        await Bun.sleep(2)
+      }
+      for (const resolve of release.splice(0)) resolve(ok)
+      await dispatcher.stop()
+    }
+    expect(new Set(sent).size).toBe(41)
   })
 })

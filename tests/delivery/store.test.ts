@@ -13,7 +13,7 @@ import { CONTINUOUS_FAILURE_DISABLES_AFTER_MS, claimDueDeliveries, recordDeliver
 import { KEYED_PLAN_SETTINGS } from '../../src/lib/db/keyed-plans.ts'
 import { explainedConnection, isSuperuser, nodesOf, type PlanNode } from '../support/plans.ts'
 import { decideAfterAttempt, type DeliveryDecision } from '../../src/delivery/policy.ts'
-import { markHooksDueUnlessHeld } from '../../src/delivery/queue.ts'
+import { markHooksDueUnlessHeld, targetOrigin } from '../../src/delivery/queue.ts'
 import { sendWebhook, type AttemptResult } from '../../src/delivery/send.ts'
 import { postgresClient, postgresDatabase, preparedDrizzle, queryRows } from '../../src/lib/db/client.ts'
 
@@ -291,6 +291,53 @@ describe('in flight per subscription', () => {
     expect(woken.deliveries.filter((item) => item.accountId === wide.accountId)).toHaveLength(4)
     // Naming it again finds nothing left.
     expect((await claimDueDeliveries(db, { ...options, accountAllowances: { [wide.accountId]: 0 }, woken: [narrow.hook.id] })).deliveries).toHaveLength(0)
+  })
+})
+
+describe('origins', () => {
+  test("a target's origin is its scheme, host and port, without a broker's user name", async () => {
+    const originOf = async (url: string) => (await queryRows<{ origin: string }>(db, sql`select ${targetOrigin(sql`${url}`)} as origin`))[0]!.origin
+    expect(await originOf('https://example.com/hooks?a=1#b')).toBe('https://example.com')
+    expect(await originOf('https://example.com:8443/')).toBe('https://example.com:8443')
+    expect(await originOf('http://[::1]:8080/x')).toBe('http://[::1]:8080')
+    expect(await originOf('amqp://user:***@broker.example:5672/vhost')).toBe('amqp://broker.example:5672')
+    expect(await originOf('nats://***@nats.example:4222')).toBe('nats://nats.example:4222')
+  })
+
+  test('the claim starts no more attempts to an origin than its allowance, all its subscriptions together; a new target moves the subscription to its origin', async () => {
+    const owner = await server.createAccountWithKey()
+    const numeric = `https://127.0.0.1:${receiver.port}`
+    const named = `https://localhost:${receiver.port}`
+    const hookIds: string[] = []
+    for (const target of [`${numeric}/o-1`, `${numeric}/o-2`, `${numeric}/o-3`, `${named}/o-4`]) {
+      const created = await server.fetch(`/v0/account/${owner.accountId}/hooks?key=${owner.secret}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ event: 'message.inbound', target_url: target }),
+      })
+      expect(created.status).toBe(201)
+      hookIds.push((await created.json()).id)
+    }
+    await moreInbound(owner, 1)
+    const queued = await queryRows<{ hook_id: string; origin: string }>(db, sql`select hook_id, origin from hook_queues where hook_id in (${sql.join(hookIds.map((id) => sql`${id}`), sql`, `)}) order by hook_id`)
+    expect(Object.fromEntries(queued.map((row) => [row.hook_id, row.origin]))).toEqual({ [hookIds[0]!]: numeric, [hookIds[1]!]: numeric, [hookIds[2]!]: numeric, [hookIds[3]!]: named })
+    const mine = (claimed: { hookId: string; origin: string }[]) => claimed.filter((item) => hookIds.includes(item.hookId))
+    const options = { limit: 100, leaseMs: 60_000, allowances: {}, defaultAllowance: 2, maxPerHook: 2, accountAllowances: {}, defaultAccountAllowance: 1000, suspectAllowance: 1000, defaultOriginAllowance: 1000 }
+    const first = mine(await claimRows(db, { ...options, originAllowances: { [numeric]: 2 } }))
+    expect(first.filter((item) => item.origin === numeric)).toHaveLength(2)
+    expect(first.filter((item) => item.origin === named)).toHaveLength(1)
+    // No room at the origin: its third subscription is passed over, and waits for room.
+    expect(mine(await claimRows(db, { ...options, originAllowances: { [numeric]: 0 } }))).toHaveLength(0)
+    const third = mine(await claimRows(db, { ...options, originAllowances: { [numeric]: 1 } }))
+    expect(third.map((item) => item.hookId)).toEqual(hookIds.filter((id) => !first.some((item) => item.hookId === id)))
+    const moved = await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookIds[0]}?key=${owner.secret}`, {
+      method: 'PATCH',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ target_url: `${named}/o-1` }),
+    })
+    expect(moved.status).toBe(200)
+    const [row] = await queryRows<{ origin: string }>(db, sql`select origin from hook_queues where hook_id = ${hookIds[0]!}`)
+    expect(row!.origin).toBe(named)
   })
 })
 

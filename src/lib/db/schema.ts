@@ -431,6 +431,13 @@ export const hookQueues = pgTable(
      * passes over a due row whose account has no room without reading its subscription (src/delivery/store.ts).
      */
     accountId: idText('account_id').notNull(),
+    /**
+     * Where its deliveries go: the target's scheme, host and port (src/delivery/queue.ts, `targetOrigin`), kept by
+     * every writer that marks it due (a new target is marked due in its own transaction). The claim bounds the
+     * attempts in flight to an origin that has not answered lately without reading the subscription
+     * (docs/webhooks.md#when-an-endpoint-keeps-failing).
+     */
+    origin: text('origin').notNull(),
     /** Writers that add claimable work only ever bring it earlier; only the claim moves it later. Null: nothing to send. */
     dueAt: timestamp('due_at', { withTimezone: true, mode: 'date' }),
   },

@@ -1,0 +1,96 @@
+import type { AttemptResult } from './send.ts'
+
+/**
+ * Attempts in flight per origin (a target's scheme, host and port: src/delivery/queue.ts,
+ * `targetOrigin`) in this process, and whether each origin has answered lately.
+ *
+ * An origin with no answer in the last ANSWERED_LATELY_MS (one never tried yet, or one whose
+ * attempts since have all timed out or found no connection) gets at most
+ * UNANSWERED_ORIGIN_WINDOW attempts in flight, all its subscriptions together. A host that never
+ * answers then holds a few of the worker's slots until its timeouts, not its account's whole
+ * share: a thousand new subscriptions to it used to start 128 attempts at once, which held as
+ * many connections for the whole timeout and doubled another account's p99
+ * (docs/performance.md, issue 37, twenty-first and twenty-second passes). Any answer lifts the
+ * bound: a status code, even a 4xx or 5xx (the host is up; what the answer means for the
+ * subscription is its circuit breaker's business: src/delivery/circuit.ts), or a broker's word
+ * (src/delivery/destinations/). The bound is the slow start of an origin: a new receiver's first
+ * attempts answer within milliseconds, and its subscriptions then have their own windows and
+ * shares (src/delivery/flow-control.ts).
+ *
+ * The price (docs/webhooks.md#when-an-endpoint-keeps-failing): the deliveries of many
+ * subscriptions to one host that does not answer go out a few at a time, each attempt holding its
+ * place until the timeout, so their retries come later than their schedule says.
+ */
+export const UNANSWERED_ORIGIN_WINDOW = 8
+const ANSWERED_LATELY_MS = 30_000
+// As flow control's TOLD_FOR_MS (src/delivery/flow-control.ts): the claim is told the origins busy
+// now or within this long, so what it carries follows the busy origins, not every one seen. Any
+// other origin gets UNANSWERED_ORIGIN_WINDOW for one claim, and its own bound again once it has
+// attempts in flight.
+const TOLD_FOR_MS = 5_000
+
+interface Origin {
+  inFlight: number
+  answeredAt: number
+  activeAt: number
+}
+
+/** Whether the attempt reached something that answered: a status code, or a broker's confirmation or refusal. */
+export function reachedReceiver(result: Pick<AttemptResult, 'ok' | 'status' | 'failure'>): boolean {
+  return result.ok || result.status !== null || result.failure === 'unroutable' || result.failure === 'nacked' || result.failure === 'denied'
+}
+
+export function createOriginWindows(now: () => number = () => performance.now()) {
+  const origins = new Map<string, Origin>()
+
+  const answeredLately = (origin: Origin, at: number) => at - origin.answeredAt <= ANSWERED_LATELY_MS
+
+  return {
+    /** An attempt to this origin started. */
+    started(key: string) {
+      const at = now()
+      const origin = origins.get(key) ?? { inFlight: 0, answeredAt: -Infinity, activeAt: at }
+      origin.inFlight++
+      origin.activeAt = at
+      origins.set(key, origin)
+    },
+
+    /** An attempt to this origin ended with this result. */
+    ended(key: string, result: Pick<AttemptResult, 'ok' | 'status' | 'failure'>) {
+      const origin = origins.get(key)
+      if (!origin) return
+      const at = now()
+      origin.inFlight = Math.max(0, origin.inFlight - 1)
+      origin.activeAt = at
+      if (reachedReceiver(result)) origin.answeredAt = at
+    },
+
+    /**
+     * The claim's input: `origins`, the attempts each origin busy now or lately may start (an origin
+     * that answered lately is bounded only by `concurrency`, the most a claim takes); `newcomer`, what
+     * any other origin may start. Forgets the origins idle for longer than ANSWERED_LATELY_MS: they
+     * are bounded as a new one is.
+     */
+    claimAllowances(concurrency: number): { origins: Record<string, number>; newcomer: number } {
+      const at = now()
+      const told: Record<string, number> = {}
+      for (const [key, origin] of origins) {
+        if (origin.inFlight === 0 && at - origin.activeAt > ANSWERED_LATELY_MS) {
+          origins.delete(key)
+          continue
+        }
+        if (origin.inFlight === 0 && at - origin.activeAt > TOLD_FOR_MS) continue
+        told[key] = answeredLately(origin, at) ? concurrency : Math.max(0, UNANSWERED_ORIGIN_WINDOW - origin.inFlight)
+      }
+      return { origins: told, newcomer: UNANSWERED_ORIGIN_WINDOW }
+    },
+
+    /** For tests: attempts in flight to this origin, and whether it answered lately. */
+    state(key: string): { inFlight: number; answeredLately: boolean } | undefined {
+      const origin = origins.get(key)
+      return origin && { inFlight: origin.inFlight, answeredLately: answeredLately(origin, now()) }
+    },
+  }
+}
+
+export type OriginWindows = ReturnType<typeof createOriginWindows>
