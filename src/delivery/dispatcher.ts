@@ -185,11 +185,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     accountsInFlight.set(delivery.accountId, (accountsInFlight.get(delivery.accountId) ?? 0) + 1)
     options.onInFlight?.(inFlight)
     flow.started(delivery.hookId, delivery.accountId)
-    origins.started(delivery.origin)
+    const originStartedAt = origins.started(delivery.origin)
     const startedAt = performance.now()
     const result = await options.send(delivery)
     flow.answered(delivery.hookId, startedAt, result)
-    origins.ended(delivery.origin, result)
+    origins.ended(delivery.origin, originStartedAt, result)
     const attempt = { deliveryId: delivery.id, hookId: delivery.hookId, accountId: delivery.accountId, result, decision: decideAfterAttempt(result, delivery.attempts + 1, options.schedule, Math.random, delivery) }
     options.onAttempt?.(delivery, attempt)
     finished.push(attempt)

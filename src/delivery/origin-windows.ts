@@ -5,8 +5,10 @@ import type { AttemptResult } from './send.ts'
  * `targetOrigin`) in this process, and whether each origin has answered lately.
  *
  * An origin with no answer in the last ANSWERED_LATELY_MS (one never tried yet, or one whose
- * attempts since have all timed out or found no connection) gets at most
- * UNANSWERED_ORIGIN_WINDOW attempts in flight, all its subscriptions together. A host that never
+ * attempts since have all timed out or found no connection) gets a window of attempts in flight,
+ * all its subscriptions together: UNANSWERED_ORIGIN_WINDOW at first, halved by each round of
+ * attempts that gets no answer (once a round, as flow control's: src/delivery/flow-control.ts),
+ * down to one. A port that refuses connections is then tried one attempt at a time, and a host that never
  * answers then holds a few of the worker's slots until its timeouts, not its account's whole
  * share: a thousand new subscriptions to it used to start 128 attempts at once, which held as
  * many connections for the whole timeout and doubled another account's p99
@@ -31,8 +33,11 @@ const TOLD_FOR_MS = 5_000
 
 interface Origin {
   inFlight: number
+  /** The bound while it has not answered lately. */
+  window: number
   answeredAt: number
   activeAt: number
+  lastDecreaseAt: number
 }
 
 /** Whether the attempt reached something that answered: a status code, or a broker's confirmation or refusal. */
@@ -46,23 +51,30 @@ export function createOriginWindows(now: () => number = () => performance.now())
   const answeredLately = (origin: Origin, at: number) => at - origin.answeredAt <= ANSWERED_LATELY_MS
 
   return {
-    /** An attempt to this origin started. */
-    started(key: string) {
+    /** An attempt to this origin started; returns when (a `now()` reading), for `ended`. */
+    started(key: string): number {
       const at = now()
-      const origin = origins.get(key) ?? { inFlight: 0, answeredAt: -Infinity, activeAt: at }
+      const origin = origins.get(key) ?? { inFlight: 0, window: UNANSWERED_ORIGIN_WINDOW, answeredAt: -Infinity, activeAt: at, lastDecreaseAt: -Infinity }
       origin.inFlight++
       origin.activeAt = at
       origins.set(key, origin)
+      return at
     },
 
-    /** An attempt to this origin ended with this result. */
-    ended(key: string, result: Pick<AttemptResult, 'ok' | 'status' | 'failure'>) {
+    /** The attempt to this origin started at `startedAt` ended with this result. */
+    ended(key: string, startedAt: number, result: Pick<AttemptResult, 'ok' | 'status' | 'failure'>) {
       const origin = origins.get(key)
       if (!origin) return
       const at = now()
       origin.inFlight = Math.max(0, origin.inFlight - 1)
       origin.activeAt = at
-      if (reachedReceiver(result)) origin.answeredAt = at
+      if (reachedReceiver(result)) {
+        origin.answeredAt = at
+        origin.window = UNANSWERED_ORIGIN_WINDOW
+      } else if (startedAt >= origin.lastDecreaseAt) {
+        origin.window = Math.max(1, Math.floor(origin.window / 2))
+        origin.lastDecreaseAt = at
+      }
     },
 
     /**
@@ -80,15 +92,15 @@ export function createOriginWindows(now: () => number = () => performance.now())
           continue
         }
         if (origin.inFlight === 0 && at - origin.activeAt > TOLD_FOR_MS) continue
-        told[key] = answeredLately(origin, at) ? concurrency : Math.max(0, UNANSWERED_ORIGIN_WINDOW - origin.inFlight)
+        told[key] = answeredLately(origin, at) ? concurrency : Math.max(0, origin.window - origin.inFlight)
       }
       return { origins: told, newcomer: UNANSWERED_ORIGIN_WINDOW }
     },
 
-    /** For tests: attempts in flight to this origin, and whether it answered lately. */
-    state(key: string): { inFlight: number; answeredLately: boolean } | undefined {
+    /** For tests: attempts in flight to this origin, its window, and whether it answered lately. */
+    state(key: string): { inFlight: number; window: number; answeredLately: boolean } | undefined {
       const origin = origins.get(key)
-      return origin && { inFlight: origin.inFlight, answeredLately: answeredLately(origin, now()) }
+      return origin && { inFlight: origin.inFlight, window: origin.window, answeredLately: answeredLately(origin, now()) }
     },
   }
 }

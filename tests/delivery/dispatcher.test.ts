@@ -393,7 +393,7 @@ describe('the dispatcher', () => {
     await dispatcher.stop()
   })
 
-  test("an origin that has not answered keeps a few attempts in flight, its subscriptions together; its first answer lifts the bound", async () => {
+  test("an origin that has not answered keeps a few attempts in flight, its subscriptions together, fewer after a round with no answer; its first answer lifts the bound", async () => {
     const hanging = Array.from({ length: 40 }, (_, i) => ({ ...delivery(i, `hook_${i}`, 'https://hangs.example'), accountId: 'acc_one' }))
     const memory = memoryStore(hanging)
     const release: ((result: AttemptResult) => void)[] = []
@@ -421,12 +421,16 @@ describe('the dispatcher', () => {
       memory.due.push({ ...delivery(100, 'hook_elsewhere', 'https://answers.example'), accountId: 'acc_one' })
       dispatcher.wake()
       await until(() => sent.includes('dlv_100'))
-      // A timeout is no answer: its place goes to the next attempt, and the bound stays.
-      release.shift()!({ ok: false, status: null, durationMs: 15_000, error: 'timed out', failure: 'timeout', responseSnippet: '', retryAfterSeconds: null })
+      // A round of timeouts is no answer: it halves the origin's window, once, and the places it freed stay empty until fewer than that are in flight.
+      const timeout: AttemptResult = { ok: false, status: null, durationMs: 15_000, error: 'timed out', failure: 'timeout', responseSnippet: '', retryAfterSeconds: null }
+      release.shift()!(timeout)
+      await Bun.sleep(20)
+      expect(sent.length).toBe(UNANSWERED_ORIGIN_WINDOW + 1)
+      expect(memory.claims.some((claim) => claim.originAllowances?.['https://hangs.example'] === 0 && claim.defaultOriginAllowance === UNANSWERED_ORIGIN_WINDOW)).toBe(true)
+      for (let i = 0; i < UNANSWERED_ORIGIN_WINDOW / 2; i++) release.shift()!(timeout)
       await until(() => sent.length === UNANSWERED_ORIGIN_WINDOW + 2)
       await Bun.sleep(20)
-      expect(dispatcher.stats().inFlight).toBe(UNANSWERED_ORIGIN_WINDOW)
-      expect(memory.claims.some((claim) => claim.originAllowances?.['https://hangs.example'] === 0 && claim.defaultOriginAllowance === UNANSWERED_ORIGIN_WINDOW)).toBe(true)
+      expect(dispatcher.stats().inFlight).toBe(UNANSWERED_ORIGIN_WINDOW / 2)
       // A 503 is an answer: the host is up, and its subscriptions may use the account's share again.
       release.shift()!({ ok: false, status: 503, durationMs: 5, error: 'HTTP 503', failure: 'http_5xx', responseSnippet: '', retryAfterSeconds: null })
       await until(() => dispatcher.stats().inFlight > UNANSWERED_ORIGIN_WINDOW)

@@ -12,33 +12,44 @@ describe('origin windows', () => {
     for (const failure of ['timeout', 'connection', 'refused', 'other'] as const) expect(reachedReceiver(noAnswer(failure))).toBe(false)
   })
 
-  test('an origin not heard from may start the window less what it has in flight; any answer lifts that for 30 s', () => {
+  test('an origin not heard from may start its window less what it has in flight; a round with no answer halves the window, any answer lifts the bound for 30 s', () => {
     let clock = 0
     const origins = createOriginWindows(() => clock)
     const concurrency = 256
+    const hangs = 'https://hangs.example'
     expect(origins.claimAllowances(concurrency)).toEqual({ origins: {}, newcomer: UNANSWERED_ORIGIN_WINDOW })
-    for (let i = 0; i < 3; i++) origins.started('https://hangs.example')
-    expect(origins.claimAllowances(concurrency).origins).toEqual({ 'https://hangs.example': UNANSWERED_ORIGIN_WINDOW - 3 })
-    // A timeout frees its place, and says nothing good.
+    const firstRound = [0, 1, 2].map(() => origins.started(hangs))
+    expect(origins.claimAllowances(concurrency).origins).toEqual({ [hangs]: UNANSWERED_ORIGIN_WINDOW - 3 })
+    // A timeout halves the window; the others of the same round time out too, and do not halve it again.
     clock += 15_000
-    origins.ended('https://hangs.example', noAnswer('timeout'))
-    expect(origins.claimAllowances(concurrency).origins).toEqual({ 'https://hangs.example': UNANSWERED_ORIGIN_WINDOW - 2 })
-    // A 503 is an answer: the host is up.
-    origins.ended('https://hangs.example', answer(503))
-    expect(origins.claimAllowances(concurrency).origins).toEqual({ 'https://hangs.example': concurrency })
-    expect(origins.state('https://hangs.example')).toEqual({ inFlight: 1, answeredLately: true })
-    // 30 s later with no answer since (the last attempt timed out), the bound is back.
+    origins.ended(hangs, firstRound[0]!, noAnswer('timeout'))
+    origins.ended(hangs, firstRound[1]!, noAnswer('timeout'))
+    expect(origins.state(hangs)).toEqual({ inFlight: 1, window: UNANSWERED_ORIGIN_WINDOW / 2, answeredLately: false })
+    expect(origins.claimAllowances(concurrency).origins).toEqual({ [hangs]: UNANSWERED_ORIGIN_WINDOW / 2 - 1 })
+    // Rounds with no answer take it down to one attempt at a time, never none.
+    for (let round = 0; round < 4; round++) {
+      const startedAt = origins.started(hangs)
+      clock += 1
+      origins.ended(hangs, startedAt, noAnswer('refused'))
+    }
+    expect(origins.state(hangs)).toEqual({ inFlight: 1, window: 1, answeredLately: false })
+    expect(origins.claimAllowances(concurrency).origins).toEqual({ [hangs]: 0 })
+    // A 503 is an answer: the host is up, and is bounded only by the slots.
+    origins.ended(hangs, firstRound[2]!, answer(503))
+    expect(origins.claimAllowances(concurrency).origins).toEqual({ [hangs]: concurrency })
+    expect(origins.state(hangs)).toEqual({ inFlight: 0, window: UNANSWERED_ORIGIN_WINDOW, answeredLately: true })
+    // 30 s later with no answer since, the bound is back, from the start.
+    const late = origins.started(hangs)
     clock += 30_001
-    origins.ended('https://hangs.example', noAnswer('connection'))
-    expect(origins.state('https://hangs.example')).toEqual({ inFlight: 0, answeredLately: false })
-    expect(origins.claimAllowances(concurrency).origins).toEqual({ 'https://hangs.example': UNANSWERED_ORIGIN_WINDOW })
+    origins.ended(hangs, late, noAnswer('connection'))
+    expect(origins.state(hangs)).toEqual({ inFlight: 0, window: UNANSWERED_ORIGIN_WINDOW / 2, answeredLately: false })
+    expect(origins.claimAllowances(concurrency).origins).toEqual({ [hangs]: UNANSWERED_ORIGIN_WINDOW / 2 })
   })
 
   test('the claim is told only the origins busy now or within 5 s; one idle for 30 s is forgotten', () => {
     let clock = 0
     const origins = createOriginWindows(() => clock)
-    origins.started('https://quick.example')
-    origins.ended('https://quick.example', answer(200))
+    origins.ended('https://quick.example', origins.started('https://quick.example'), answer(200))
     origins.started('https://other.example')
     clock += 5_001
     // The idle one falls back to the newcomer's allowance; the busy one is still told.
@@ -46,6 +57,6 @@ describe('origin windows', () => {
     clock += 30_000
     origins.claimAllowances(64)
     expect(origins.state('https://quick.example')).toBeUndefined()
-    expect(origins.state('https://other.example')).toEqual({ inFlight: 1, answeredLately: false })
+    expect(origins.state('https://other.example')).toEqual({ inFlight: 1, window: UNANSWERED_ORIGIN_WINDOW, answeredLately: false })
   })
 })

@@ -56,10 +56,10 @@ test.if(!!database.url)('two processes on one PostgreSQL send every delivery onc
     WEBHOOK_MAX_IN_FLIGHT_PER_SUBSCRIPTION: '2',
   }
   const servers: RunningProcess[] = await Promise.all([startServerProcess(['bun', 'src/main.ts'], env), startServerProcess(['bun', 'src/main.ts'], env)])
-  // Each holds its claimed deliveries unanswered meanwhile, so the backlog is still there for the other.
-  await Promise.all(servers.map((server) => server.waitForOutput('"msg":"claimed deliveries"', 30_000)))
-  bothClaimed!()
   try {
+    // Each holds its claimed deliveries unanswered meanwhile, so the backlog is still there for the other.
+    await Promise.all(servers.map((server) => server.waitForOutput('"msg":"claimed deliveries"', 30_000)))
+    bothClaimed!()
     await receiver.waitFor((received) => received.length >= HOOKS * EVENTS_PER_HOOK, 60_000)
     await Bun.sleep(500)
 

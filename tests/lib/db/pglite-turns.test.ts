@@ -66,4 +66,15 @@ describe('the embedded database leaves the event loop its turns (src/lib/db/clie
       await server.stop(true)
     }
   })
+
+  test('create, given a data directory and options as PGlite takes them, also makes a turn-taking client', async () => {
+    const inMemory = await TurnTakingPGlite.create('memory://', { debug: 0 })
+    try {
+      expect(inMemory).toBeInstanceOf(TurnTakingPGlite)
+      expect(inMemory.dataDir).toBe('memory://')
+      expect((await inMemory.query<{ one: number }>('select 1 as one')).rows).toEqual([{ one: 1 }])
+    } finally {
+      await inMemory.close()
+    }
+  })
 })
