@@ -115,6 +115,15 @@ export const DELIVERIES_CHANNEL = 'deliveries_due'
 /** Five days of nothing but failures disable a subscription (docs/api.md#how-deliveries-are-sent); one success resets the clock. */
 export const CONTINUOUS_FAILURE_DISABLES_AFTER_MS = 5 * 24 * 3_600_000
 
+/**
+ * How long a subscription whose origin had no room (src/delivery/origin-windows.ts: a host that has
+ * not answered lately, with its few attempts in flight) is set aside before a claim looks at it
+ * again. Such an origin's room opens as an attempt ends, which for a host that does not answer is
+ * its timeout; looked at by every claim meanwhile, its thousand due subscriptions were read a
+ * hundred times a second (docs/performance.md, issue 37, twenty-second pass).
+ */
+const ORIGIN_FULL_WAIT_S = 5
+
 // Any constant works as long as nothing else in the database takes this advisory lock.
 const CLAIM_LOCK = 7_200_011
 
@@ -126,7 +135,7 @@ const CLAIM_LOCK = 7_200_011
  * It takes the subscriptions that are due from the queue's index (src/delivery/queue.ts): those
  * the caller was just woken for (`woken`), by key, then the others oldest due_at first, as many
  * as its limit (16 to 128), skipping those the caller has no room for
- * (their allowance, their account's, their origin's, the suspects' share), and locks their queue and
+ * (their allowance, their account's, the suspects' share), and locks their queue and
  * subscription rows, passing over rows another transaction holds (a writer marking them due, or
  * another claim). Per subscription it takes no more than the smallest of: the caller's
  * allowance (its adaptive window and fair share), what the cross-process maximum leaves, what
@@ -137,6 +146,9 @@ const CLAIM_LOCK = 7_200_011
  * subscription already has in flight plus their place in its line, so the least-served
  * subscription is served first, then cut to each account's allowance, each origin's
  * (src/delivery/origin-windows.ts) and the suspects' share.
+ *
+ * A subscription whose origin has no room (src/delivery/origin-windows.ts) gets nothing, and is
+ * set aside for ORIGIN_FULL_WAIT_S.
  *
  * Then it moves each subscription it looked at to when it is next due: now if it may have more
  * due, or had rows the cut left (to the back of the line: round robin, so one account's
@@ -197,14 +209,15 @@ export async function claimDueDeliveries(
     sql`coalesce((${JSON.stringify(options.accountAllowances)}::jsonb ->> ${accountId})::int, ${options.defaultAccountAllowance})`
   const originAllowance = (origin: SQL) =>
     sql`coalesce((${JSON.stringify(options.originAllowances ?? {})}::jsonb ->> ${origin})::int, ${options.defaultOriginAllowance ?? options.limit})`
-  const dueColumns = sql`q.hook_id, q.due_at, q.origin, h.account_id, h.status, h.expires_at, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
+  const dueColumns = sql`q.hook_id, q.due_at, q.origin, ${originAllowance(sql`q.origin`)} <= 0 as origin_full, h.account_id, h.status, h.expires_at, h.throttled_until, h.consecutive_failures, h.circuit_opened_at, h.circuit_probe_at,
                    h.rate_limit_per_s, h.rate_window_started_at, h.rate_window_count,
                    h.status = 'active' and (h.expires_at is null or h.expires_at > now()) and (h.throttled_until is null or h.throttled_until <= now()) as servable`
-  // The account's and the origin's copies on the queue row: a row with no room is passed over without reading
-  // its subscription (a claim behind another account's thousand full rows read them all: docs/performance.md).
+  // The account's copy on the queue row: a row with no room is passed over without reading its
+  // subscription (a claim behind another account's thousand full rows read them all: docs/performance.md).
+  // One whose origin has no room is not passed over but set aside (next_due): an origin that does not
+  // answer may have no room for minutes, and every claim would pass over its due rows again.
   const hasRoom = sql`${allowance(sql`q.hook_id`, sql`q.account_id`)} > 0
               and ${accountAllowance(sql`q.account_id`)} > 0
-              and ${originAllowance(sql`q.origin`)} > 0
               and (${options.suspectAllowance} > 0 or (h.consecutive_failures = 0 and h.circuit_opened_at is null))`
   const wokenIds = sql`${JSON.stringify(options.woken ?? [])}::jsonb`
   const claim = sql`with
@@ -248,7 +261,7 @@ export async function claimDueDeliveries(
                    -- reading the snapshot, may not see: its due_at is then left as the writer set it.
                    (select x.xmin from hook_queues x where x.hook_id = d.hook_id) as seen,
                    -- One probe of deliveries_leased_idx per subscription: a join here lets the planner pick a scan of the whole table.
-                   case when d.servable then
+                   case when d.servable and not d.origin_full then
                      (select count(*)::int from deliveries x where x.hook_id = d.hook_id and x.leased_until is not null and x.leased_until >= now()
                         and x.id <> all(array(select jsonb_array_elements_text(${JSON.stringify(options.endedUnrecorded ?? [])}::jsonb))))
                    else 0 end as held
@@ -258,7 +271,7 @@ export async function claimDueDeliveries(
             select d.*,
                    (d.consecutive_failures > 0 or d.circuit_opened_at is not null) as suspect,
                    d.circuit_opened_at is not null as probe,
-                   case when not d.servable then 0
+                   case when not d.servable or d.origin_full then 0
                         when d.circuit_opened_at is not null and (d.circuit_probe_at > now() or d.held > 0) then 0
                    else least(${allowance(sql`d.hook_id`, sql`d.account_id`)},
                          ${options.maxPerHook} - d.held,
@@ -352,6 +365,7 @@ export async function claimDueDeliveries(
                             when t.circuit_probe_at > now() then t.circuit_probe_at
                             else ${leaseEnds} end
                      when t.at_rate_limit then date_trunc('second', now()) + interval '1 second'
+                     when t.origin_full then now() + make_interval(secs => ${ORIGIN_FULL_WAIT_S})
                      when t.room <= 0 then ${leaseEnds}
                      when t.more_due then now()
                      else least(

@@ -326,10 +326,18 @@ describe('origins', () => {
     const first = mine(await claimRows(db, { ...options, originAllowances: { [numeric]: 2 } }))
     expect(first.filter((item) => item.origin === numeric)).toHaveLength(2)
     expect(first.filter((item) => item.origin === named)).toHaveLength(1)
-    // No room at the origin: its third subscription is passed over, and waits for room.
+    // No room at the origin: its third subscription gets nothing, and is set aside for 5 s rather than looked at by every claim.
+    const left = hookIds.filter((id) => !first.some((item) => item.hookId === id))
+    expect(left).toHaveLength(1)
     expect(mine(await claimRows(db, { ...options, originAllowances: { [numeric]: 0 } }))).toHaveLength(0)
+    const [setAside] = await queryRows<{ wait_s: number }>(db, sql`select extract(epoch from due_at - now())::float8 as wait_s from hook_queues where hook_id = ${left[0]!}`)
+    expect(setAside!.wait_s).toBeGreaterThan(4)
+    expect(setAside!.wait_s).toBeLessThanOrEqual(5)
+    expect(mine(await claimRows(db, { ...options, originAllowances: { [numeric]: 1 } }))).toHaveLength(0)
+    // Marked due again (a new event, or its own attempt recorded), it is taken once its origin has room.
+    await markHooksDueUnlessHeld(db, left)
     const third = mine(await claimRows(db, { ...options, originAllowances: { [numeric]: 1 } }))
-    expect(third.map((item) => item.hookId)).toEqual(hookIds.filter((id) => !first.some((item) => item.hookId === id)))
+    expect(third.map((item) => item.hookId)).toEqual(left)
     const moved = await server.fetch(`/v0/account/${owner.accountId}/hooks/${hookIds[0]}?key=${owner.secret}`, {
       method: 'PATCH',
       headers: { 'content-type': 'application/json' },
