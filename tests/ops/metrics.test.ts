@@ -104,9 +104,10 @@ describe('METRICS_PORT', () => {
       // A pending delivery shows in the queue: a subscription whose receiver is away.
       expect((await call('POST', '/hooks', { event: 'message.inbound', target_url: `http://127.0.0.1:${freePort()}/nobody` })).status).toBe(201)
       expect((await call('POST', '/sandbox/inbound', { from: '+447700900700', body: 'wait for me' })).status).toBe(201)
-      // The same event goes to /metrics-hook too: its delivery is recorded before the queue is read.
+      // The same event goes to /metrics-hook too: its delivery is recorded before the queue is read. The counters
+      // are reported as attempts end, before they are recorded, so the queue (read from the database) is polled too.
       let queued = await scrape()
-      for (let i = 0; i < 50 && (value(queued, 'messaging_webhook_attempts_total', { outcome: 'retry' }) < 1 || value(queued, 'messaging_webhook_attempts_total', { outcome: 'delivered' }) < 2); i++) {
+      for (let i = 0; i < 50 && (value(queued, 'messaging_webhook_attempts_total', { outcome: 'retry' }) < 1 || value(queued, 'messaging_webhook_attempts_total', { outcome: 'delivered' }) < 2 || value(queued, 'messaging_webhook_deliveries_pending') !== 1); i++) {
         await Bun.sleep(100)
         queued = await scrape()
       }
