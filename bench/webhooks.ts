@@ -81,8 +81,8 @@
  *           Unless --skip-many, also 10,000 subscriptions (100 accounts × 100, 20,000 deliveries) on
  *           the empty and on the full database (full ≥ 0.9 × empty). What a phase leaves undelivered
  *           after --drain is canceled by SQL, so that it does not weigh on what follows.
- *   stats   PostgreSQL. One account, 100 subscriptions (one busy to message.delivered, 99 to message.failed at a
- *           closed port: retried after 2 h); a warm-up whose rollups the service writes, recomputed by this bench's SQL
+ *   stats   PostgreSQL. One account, 100 subscriptions (one busy to message.delivered, 99 to message.failed, each at a
+ *           closed port of its own: retried after 2 h); a warm-up whose rollups the service writes, recomputed by this bench's SQL
  *           (bench/stats.ts: every row must match); the 99 paused; then --rows (10,000,000) attempts over 7 days (90 % the busy one's,
  *           2 % failed and retried 5 s later) with their events and deliveries, and the rollups they imply, by SQL.
  *           GET …/hooks/{busy}/stats and GET …/stats at interval=minute over the last 24 h (1,440 buckets), checked
@@ -1145,9 +1145,9 @@ async function agent(rig: Rig, summary: Summary): Promise<void> {
 async function stats(rig: Rig, summary: Summary): Promise<void> {
   const sql = rig.sql!
   const [account] = (await makeAccounts(rig, 1)) as [Account]
-  const refuse = `https://localhost:${freePort()}/refuse`
   const hooks = await subscribe(rig, [{ account, event: 'message.delivered', url: `${rig.receiver.origin}/one` }])
-  hooks.push(...(await subscribe(rig, Array.from({ length: 99 }, (_, i) => ({ account, event: 'message.failed', url: `${refuse}/${i}` })), 8)))
+  // Each at a closed port of its own: a host that refuses is tried about once a second (docs/webhooks.md#a-host-that-does-not-answer).
+  hooks.push(...(await subscribe(rig, Array.from({ length: 99 }, () => ({ account, event: 'message.failed', url: `https://localhost:${freePort()}/refuse` })), 8)))
   const busy = hooks[0]!.id
   await measure(rig, { label: 'warm-up', groups: ['one'], fan: 1, load: () => closedLoop(rig, [{ account }], 3, 2000) })
   await closedLoop(rig, [{ account, to: '+14155550000' }], 10, 2) // 2 failed messages: 198 attempts refused (3 in a row would open a circuit)

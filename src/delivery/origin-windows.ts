@@ -8,11 +8,14 @@ import type { AttemptResult } from './send.ts'
  * attempts since have all timed out or found no connection) gets a window of attempts in flight,
  * all its subscriptions together: UNANSWERED_ORIGIN_WINDOW at first, halved by each round of
  * attempts that gets no answer (once a round, as flow control's: src/delivery/flow-control.ts),
- * down to one. A port that refuses connections is then tried one attempt at a time, and a host that never
- * answers then holds a few of the worker's slots until its timeouts, not its account's whole
- * share: a thousand new subscriptions to it used to start 128 attempts at once, which held as
- * many connections for the whole timeout and doubled another account's p99
- * (docs/performance.md, issue 37, twenty-first and twenty-second passes). Any answer lifts the
+ * down to one; and it starts no more than that window of attempts per UNANSWERED_ORIGIN_PACE_MS.
+ * A host that never answers then holds a few of the worker's slots until its timeouts, not its
+ * account's whole share: a thousand new subscriptions to it used to start 128 attempts at once,
+ * which held as many connections for the whole timeout and doubled another account's p99
+ * (docs/performance.md, issue 37, twenty-first and twenty-second passes). A port that refuses
+ * connections ends each attempt at once, so one attempt in flight was still a loop of about fifty
+ * a second, each a claim and a record: paced, it is tried once a second
+ * (docs/performance.md, issue 37, twenty-third pass). Any answer lifts the
  * bound: a status code, even a 4xx or 5xx (the host is up; what the answer means for the
  * subscription is its circuit breaker's business: src/delivery/circuit.ts), or a broker's word
  * (src/delivery/destinations/). The bound is the slow start of an origin: a new receiver's first
@@ -24,6 +27,7 @@ import type { AttemptResult } from './send.ts'
  * place until the timeout, so their retries come later than their schedule says.
  */
 export const UNANSWERED_ORIGIN_WINDOW = 8
+export const UNANSWERED_ORIGIN_PACE_MS = 1_000
 const ANSWERED_LATELY_MS = 30_000
 // As flow control's TOLD_FOR_MS (src/delivery/flow-control.ts): the claim is told the origins busy
 // now or within this long, so what it carries follows the busy origins, not every one seen. Any
@@ -38,6 +42,8 @@ interface Origin {
   answeredAt: number
   activeAt: number
   lastDecreaseAt: number
+  /** When its latest attempts started, at most UNANSWERED_ORIGIN_WINDOW of them, oldest first. */
+  startedAt: number[]
 }
 
 /** Whether the attempt reached something that answered: a status code, or a broker's confirmation or refusal. */
@@ -54,9 +60,11 @@ export function createOriginWindows(now: () => number = () => performance.now())
     /** An attempt to this origin started; returns when (a `now()` reading), for `ended`. */
     started(key: string): number {
       const at = now()
-      const origin = origins.get(key) ?? { inFlight: 0, window: UNANSWERED_ORIGIN_WINDOW, answeredAt: -Infinity, activeAt: at, lastDecreaseAt: -Infinity }
+      const origin = origins.get(key) ?? { inFlight: 0, window: UNANSWERED_ORIGIN_WINDOW, answeredAt: -Infinity, activeAt: at, lastDecreaseAt: -Infinity, startedAt: [] }
       origin.inFlight++
       origin.activeAt = at
+      origin.startedAt.push(at)
+      if (origin.startedAt.length > UNANSWERED_ORIGIN_WINDOW) origin.startedAt.shift()
       origins.set(key, origin)
       return at
     },
@@ -79,7 +87,9 @@ export function createOriginWindows(now: () => number = () => performance.now())
 
     /**
      * The claim's input: `origins`, the attempts each origin busy now or lately may start (an origin
-     * that answered lately is bounded only by `concurrency`, the most a claim takes); `newcomer`, what
+     * that answered lately is bounded only by `concurrency`, the most a claim takes; one that has
+     * not, by its window less the more of its attempts in flight and those started within
+     * UNANSWERED_ORIGIN_PACE_MS); `newcomer`, what
      * any other origin may start. Forgets the origins idle for longer than ANSWERED_LATELY_MS: they
      * are bounded as a new one is.
      */
@@ -92,7 +102,11 @@ export function createOriginWindows(now: () => number = () => performance.now())
           continue
         }
         if (origin.inFlight === 0 && at - origin.activeAt > TOLD_FOR_MS) continue
-        told[key] = answeredLately(origin, at) ? concurrency : Math.max(0, origin.window - origin.inFlight)
+        if (answeredLately(origin, at)) told[key] = concurrency
+        else {
+          const startedLately = origin.startedAt.filter((startedAt) => at - startedAt < UNANSWERED_ORIGIN_PACE_MS).length
+          told[key] = Math.max(0, origin.window - Math.max(origin.inFlight, startedLately))
+        }
       }
       return { origins: told, newcomer: UNANSWERED_ORIGIN_WINDOW }
     },

@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'bun:test'
 import { createDispatcher, type DeliveryStore, type DispatcherOptions } from '../../src/delivery/dispatcher.ts'
-import { UNANSWERED_ORIGIN_WINDOW } from '../../src/delivery/origin-windows.ts'
+import { UNANSWERED_ORIGIN_PACE_MS, UNANSWERED_ORIGIN_WINDOW } from '../../src/delivery/origin-windows.ts'
 import type { AttemptResult } from '../../src/delivery/send.ts'
 import type { ClaimOptions, ClaimedDelivery, RecordedAttempt } from '../../src/delivery/store.ts'
 
@@ -427,6 +427,8 @@ describe('the dispatcher', () => {
       await Bun.sleep(20)
       expect(sent.length).toBe(UNANSWERED_ORIGIN_WINDOW + 1)
       expect(memory.claims.some((claim) => claim.originAllowances?.['https://hangs.example'] === 0 && claim.defaultOriginAllowance === UNANSWERED_ORIGIN_WINDOW)).toBe(true)
+      // The window's first round started within the second, which would hold the place too (the test below): wait it out.
+      await Bun.sleep(UNANSWERED_ORIGIN_PACE_MS)
       for (let i = 0; i < UNANSWERED_ORIGIN_WINDOW / 2; i++) release.shift()!(timeout)
       await until(() => sent.length === UNANSWERED_ORIGIN_WINDOW + 2)
       await Bun.sleep(20)
@@ -443,5 +445,38 @@ describe('the dispatcher', () => {
       await dispatcher.stop()
     }
     expect(new Set(sent).size).toBe(41)
+  })
+  test('an origin that refuses at once starts its window per second, not a loop of claims and records', async () => {
+    const origin = 'https://refuses.example'
+    const memory = memoryStore(Array.from({ length: 40 }, (_, i) => ({ ...delivery(i, `hook_${i}`, origin), accountId: 'acc_one' })))
+    const sent: string[] = []
+    const refused: AttemptResult = { ok: false, status: null, durationMs: 0, error: 'connect ECONNREFUSED', failure: 'connection', responseSnippet: '', retryAfterSeconds: null }
+    const dispatcher = dispatcherWith({
+      store: memory.store,
+      async send(item) {
+        sent.push(item.id)
+        return refused
+      },
+      concurrency: 64,
+      flow: { initialWindow: 4, maxWindow: 16 },
+      maxPerHook: 16,
+    })
+    try {
+      await until(() => sent.length === UNANSWERED_ORIGIN_WINDOW)
+      await until(() => memory.recorded.flat().length === UNANSWERED_ORIGIN_WINDOW)
+      dispatcher.wake()
+      await Bun.sleep(200)
+      // Each refusal was recorded, and a record and a wake each bring a claim: nothing more started within the second.
+      expect(sent.length).toBe(UNANSWERED_ORIGIN_WINDOW)
+      expect(memory.claims.at(-1)?.originAllowances?.[origin]).toBe(0)
+      // A second after the first round, half the window starts: the round had no answer.
+      await Bun.sleep(UNANSWERED_ORIGIN_PACE_MS)
+      dispatcher.wake()
+      await until(() => sent.length === UNANSWERED_ORIGIN_WINDOW * 1.5)
+      await Bun.sleep(100)
+      expect(sent.length).toBe(UNANSWERED_ORIGIN_WINDOW * 1.5)
+    } finally {
+      await dispatcher.stop()
+    }
   })
 })

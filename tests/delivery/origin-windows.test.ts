@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import { UNANSWERED_ORIGIN_WINDOW, createOriginWindows, reachedReceiver } from '../../src/delivery/origin-windows.ts'
+import { UNANSWERED_ORIGIN_PACE_MS, UNANSWERED_ORIGIN_WINDOW, createOriginWindows, reachedReceiver } from '../../src/delivery/origin-windows.ts'
 
 const noAnswer = (failure: 'timeout' | 'connection' | 'refused' | 'other') => ({ ok: false, status: null, failure })
 const answer = (status: number) => ({ ok: status < 300, status, failure: status < 300 ? null : status < 500 ? ('http_4xx' as const) : ('http_5xx' as const) })
@@ -44,6 +44,41 @@ describe('origin windows', () => {
     origins.ended(hangs, late, noAnswer('connection'))
     expect(origins.state(hangs)).toEqual({ inFlight: 0, window: UNANSWERED_ORIGIN_WINDOW / 2, answeredLately: false })
     expect(origins.claimAllowances(concurrency).origins).toEqual({ [hangs]: UNANSWERED_ORIGIN_WINDOW / 2 })
+  })
+
+  test('an origin not heard from starts no more than its window per second: a port that refuses at once is tried once a second, not in a loop', () => {
+    let clock = 0
+    const origins = createOriginWindows(() => clock)
+    const refuses = 'https://refuses.example'
+    const concurrency = 256
+    const firstRound = Array.from({ length: UNANSWERED_ORIGIN_WINDOW }, () => origins.started(refuses))
+    clock += 1
+    for (const startedAt of firstRound) origins.ended(refuses, startedAt, noAnswer('refused'))
+    // Nothing is in flight, but the window's attempts started within the second.
+    expect(origins.state(refuses)).toEqual({ inFlight: 0, window: UNANSWERED_ORIGIN_WINDOW / 2, answeredLately: false })
+    expect(origins.claimAllowances(concurrency).origins).toEqual({ [refuses]: 0 })
+    clock = UNANSWERED_ORIGIN_PACE_MS - 1
+    expect(origins.claimAllowances(concurrency).origins).toEqual({ [refuses]: 0 })
+    clock = UNANSWERED_ORIGIN_PACE_MS
+    expect(origins.claimAllowances(concurrency).origins).toEqual({ [refuses]: UNANSWERED_ORIGIN_WINDOW / 2 })
+    // A claim every 10 ms for ten seconds, each starting what it is allowed, each refused at once.
+    const startsPerSecond: number[] = []
+    for (let second = 0; second < 10; second++) {
+      let starts = 0
+      for (let step = 0; step < 100; step++, clock += 9) {
+        const allowed = origins.claimAllowances(concurrency).origins[refuses] ?? 0
+        const round = Array.from({ length: allowed }, () => origins.started(refuses))
+        starts += round.length
+        clock += 1
+        for (const startedAt of round) origins.ended(refuses, startedAt, noAnswer('refused'))
+      }
+      startsPerSecond.push(starts)
+    }
+    expect(startsPerSecond).toEqual([4, 2, 1, 1, 1, 1, 1, 1, 1, 1])
+    // Its first answer lifts the bound.
+    const answered = origins.started(refuses)
+    origins.ended(refuses, answered, answer(200))
+    expect(origins.claimAllowances(concurrency).origins).toEqual({ [refuses]: concurrency })
   })
 
   test('the claim is told only the origins busy now or within 5 s; one idle for 30 s is forgotten', () => {
