@@ -446,6 +446,7 @@ describe('the dispatcher', () => {
     }
     expect(new Set(sent).size).toBe(41)
   })
+
   test('an origin that refuses at once starts its window per second, not a loop of claims and records', async () => {
     const origin = 'https://refuses.example'
     const memory = memoryStore(Array.from({ length: 40 }, (_, i) => ({ ...delivery(i, `hook_${i}`, origin), accountId: 'acc_one' })))
