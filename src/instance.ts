@@ -148,7 +148,8 @@ export async function createInstance(options: {
   }
   // Fed by this process's delivery worker: a process that delivers no webhooks never holds messages.
   const admission = createAdmission({ holdMs: config.messageHoldMs, onHeld: (waitedMs, accepted) => metrics?.delivery.messageHeld(waitedMs / 1000, accepted) })
-  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, storeMessage: createMessageStorer(handle.db, MESSAGE_WRITES[handle.kind]), settleMessage: createMessageSettler(handle.keyedDb, MESSAGE_WRITES[handle.kind]), deliveriesQueued, admission, dispatching: new Set(), tracing }
+  const settler = createMessageSettler(handle.keyedDb, MESSAGE_WRITES[handle.kind], () => deliveriesQueued())
+  const messaging: MessageDeps = { db: handle.db, carrier: sandboxCarrier, logger, storeMessage: createMessageStorer(handle.db, MESSAGE_WRITES[handle.kind]), settleMessage: settler.settle, fanOuts: settler.fanOuts, deliveriesQueued, admission, dispatching: new Set(), tracing }
   const app = createApp({
     config,
     db: handle.db,

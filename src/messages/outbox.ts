@@ -41,11 +41,18 @@ export const NARROW_FAN_OUT = 16
  * A subscription with a filter gets a delivery only when the filter holds the event's contact
  * (docs/api.md#filters): a filtered-out event costs no row.
  *
+ * An event that fans out to more than `chunk` subscriptions gets the deliveries of its first
+ * `chunk` (in subscription id order) here, and a `fan_outs` row in the same statement: the rest
+ * are written by continueFanOut (src/messages/fan-out.ts), a chunk per statement, so that no
+ * statement of a wide fan-out holds the database for longer than another account's delivery
+ * takes (docs/performance.md, issue 37, twenty-fourth pass). The statement selects those events'
+ * ids.
+ *
  * A delivery id is made here, not in JavaScript, because how many there are is only known in
  * the statement: `dlv_`, the event id's 10 time characters (so deliveries sort by their
  * event's time), and 64 random bits as 16 hex digits (all valid in the id alphabet).
  */
-export const storeEventsAndDeliveries: SQL = sql`,
+export const storeEventsAndDeliveries = (chunk: number): SQL => sql`,
   new_events as (
     insert into events (id, account_id, type, payload, contact, trace_context)
     select id, account_id, type, payload, contact, trace_context from stored_events
@@ -53,30 +60,51 @@ export const storeEventsAndDeliveries: SQL = sql`,
   ),
   targets as (
     -- From new_events alone, joined to no other member: with hash joins off (src/lib/db/keyed-plans.ts)
-    -- such a join is a nested loop that reads one member again for every row of the other.
-    select e.id as event_id, h.id as hook_id, h.account_id, h.status, ${targetOrigin(sql`h.target_url`)} as origin
-    from new_events e join hooks h on h.account_id = e.account_id and h.event = e.type and h.status in ('active', 'paused')
-      and (h.expires_at is null or h.expires_at > now())
-      and (h.filter_contacts is null or e.contact = any(h.filter_contacts))
+    -- such a join is a nested loop that reads one member again for every row of the other. Each event's
+    -- subscriptions are read in id order from hooks_account_id_idx, no more than one past the chunk: a
+    -- fan-out to 5,000 costs its first statement what one to a chunk does.
+    select e.id as event_id, h.id as hook_id, h.account_id, h.status, h.target_url,
+      row_number() over by_hook as rank, lag(h.id) over by_hook as previous_hook_id
+    from new_events e cross join lateral (
+      select h.id, h.account_id, h.status, h.target_url from hooks h
+      where h.account_id = e.account_id and h.event = e.type and h.status in ('active', 'paused')
+        and (h.expires_at is null or h.expires_at > now())
+        and (h.filter_contacts is null or e.contact = any(h.filter_contacts))
+      order by h.id
+      limit ${chunk + 1}
+    ) h
+    window by_hook as (partition by e.id order by h.id)
+  ),
+  written as (
+    select event_id, hook_id, account_id, status, ${targetOrigin(sql`target_url`)} as origin from targets where rank <= ${chunk}
   ),
   new_deliveries as (
     insert into deliveries (id, event_id, hook_id)
-    select 'dlv_' || substr(t.event_id, 5, 10) || substr(replace(gen_random_uuid()::text, '-', ''), 1, 16), t.event_id, t.hook_id
-    from targets t
+    select 'dlv_' || substr(w.event_id, 5, 10) || substr(replace(gen_random_uuid()::text, '-', ''), 1, 16), w.event_id, w.hook_id
+    from written w
     returning hook_id
+  ),
+  new_fan_outs as (
+    insert into fan_outs (event_id, account_id, after_hook_id)
+    -- Resumes after the last subscription written, when there is one more than the chunk.
+    select event_id, account_id, previous_hook_id from targets where rank = ${chunk} + 1
+    returning event_id
   ),
   queued as (
     -- From the subscriptions found above, not by joining hooks again: a prepared statement's plan made while
     -- hooks was small looped over all of it once per delivery (365 ms for 100 deliveries at 10,000 subscriptions).
-    ${markDue(sql`select hook_id, account_id, origin from targets where status = 'active'`)}
+    ${markDue(sql`select hook_id, account_id, origin from written where status = 'active'`)}
   )${eventRollups('new_events', ['new_deliveries'])}
   select (select count(*) from new_deliveries)::int as delivery_count,
+         (select coalesce(jsonb_agg(event_id), '[]') from new_fan_outs)::text as fan_outs,
          (select case when count(*) <= ${NARROW_FAN_OUT} then coalesce(jsonb_agg(x.hook_id), '[]') end
-          from (select distinct hook_id from targets where status = 'active') x)::text as due_hooks`
+          from (select distinct hook_id from written where status = 'active') x)::text as due_hooks`
 
 /** What a statement of storeEventsAndDeliveries selects. */
 export interface QueuedDeliveries {
   delivery_count: number
+  /** JSON: the events whose fan-outs go on in chunks (their `fan_outs` rows). */
+  fan_outs: string
   /** JSON: the subscriptions it made due, when they are no more than NARROW_FAN_OUT; null otherwise. */
   due_hooks: string | null
 }
@@ -85,9 +113,12 @@ export interface QueuedDeliveries {
 export interface Queued {
   count: number
   dueHooks: string[]
+  /** The events whose deliveries are written on in chunks (continueFanOut). */
+  fanOuts: string[]
 }
 
 export const queuedFrom = (row: QueuedDeliveries | undefined): Queued => ({
   count: Number(row?.delivery_count ?? 0),
   dueHooks: row?.due_hooks ? (JSON.parse(row.due_hooks) as string[]) : [],
+  fanOuts: row?.fan_outs ? (JSON.parse(row.fan_outs) as string[]) : [],
 })

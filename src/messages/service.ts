@@ -14,6 +14,7 @@ import type { EventType } from './event-types.ts'
 import type { Carrier } from './carrier.ts'
 import type { Admission } from './admission.ts'
 import { buildEvent, queuedFrom, storeEventsAndDeliveries, type EventPayload, type Queued, type QueuedDeliveries } from './outbox.ts'
+import { continueFanOut, findStalledFanOuts, type FanOut } from './fan-out.ts'
 import { sentMessageRollups } from '../stats/rollups.ts'
 import type { MessageSchema } from './schemas.ts'
 
@@ -28,6 +29,8 @@ export interface MessageDeps {
   storeMessage: MessageStorer
   /** Writes carriers' outcomes in batches (createMessageSettler). */
   settleMessage: MessageSettler
+  /** Writes wide fan-outs on, a chunk at a time (createMessageSettler). */
+  fanOuts: FanOutWriter
   /** Called after a commit that queued deliveries: wakes this process's delivery worker, naming the subscriptions of a narrow one. */
   deliveriesQueued(hookIds?: readonly string[]): void
   /** Holds an account's new messages while its deliveries are behind (src/messages/admission.ts). */
@@ -128,12 +131,16 @@ type Linger = Pick<BatcherOptions<unknown, unknown>, 'lingerMs' | 'lingerOnlyWit
  *
  * PostgreSQL answers over the network: the messages accepted while a batch is in flight go in
  * the next one, and a settlement statement aims at 2,000 deliveries on a connection of its own,
- * beside everyone else's statements. An account's wide fan-out is written back to back while no
- * other account settles messages; while another does (within the last second), its statements
- * take a tenth of the time, so that they do not hold one of the machine's cores through the
- * other account's every step: a healthy subscription's p99 beside another account's storm fell
- * from 42.8 to 37.6 ms on average over four alternated pairs on a 2-core machine (docs/performance.md,
- * issue 37, sixteenth pass).
+ * beside everyone else's statements. An event wider than 100 subscriptions is written in chunks
+ * of 100 (src/messages/fan-out.ts), about 4 ms each: shorter than another account's delivery
+ * takes, where a statement of 1,000 or 5,000 held a core and the log for tens of milliseconds. An
+ * account's wide fan-out is written back to back while no other account settles messages; while
+ * another does (within the last second), its statements take a fifth of the time, so that they
+ * do not hold one of the machine's cores through the other account's every step. With whole
+ * fan-outs in a statement that share was a tenth (docs/performance.md, issue 37, sixteenth pass);
+ * in chunks, a fifth writes the fan-out as fast as a tenth did, and a healthy subscription's p99
+ * beside another account's storm five times the usual was 1.2 × its p99 alone, against 1.8 ×
+ * (twenty-fourth pass).
  *
  * PGlite runs every statement on the server's one thread and answers before the event loop
  * turns, so no batch is ever in progress when the next request arrives: in a burst (the storm's
@@ -142,8 +149,8 @@ type Linger = Pick<BatcherOptions<unknown, unknown>, 'lingerMs' | 'lingerOnlyWit
  * when the previous batch ended less than 5 ms ago (one after a quiet spell goes at once: waiting
  * always cost a healthy subscription 25 ms at its median). Settlements follow the same rule
  * within an account's lane, and a lane that has emptied starts afresh, so in practice they wait
- * only while their lane is busy. A fan-out's statements are smaller (500 deliveries, 20–30 ms)
- * and take at most half of the time, so that the worker's claims and records and other
+ * only while their lane is busy. A fan-out's statements are smaller (chunks of 500 deliveries,
+ * 20–30 ms) and take at most half of the time, so that the worker's claims and records and other
  * accounts' settlements get turns in between.
  *
  * On both, no pause makes a settlement wait more than SETTLE_PAUSED_WAIT_MS in all: a lane that
@@ -153,8 +160,10 @@ type Linger = Pick<BatcherOptions<unknown, unknown>, 'lingerMs' | 'lingerOnlyWit
 export interface MessageWrites {
   storeLinger: Linger
   settleLinger: Linger
-  /** Deliveries one settlement statement aims to write at most (one message's fan-out may write more). */
+  /** Deliveries one settlement statement aims to write at most, counting a fan-out as all the deliveries it will write. */
   rowsPerStatement: number
+  /** Deliveries of one event written per statement at most: a wider fan-out goes on in chunks of this many (src/messages/fan-out.ts). */
+  fanOutChunk: number
   /** The share of the time a wide fan-out's statements may take (src/messages/batcher.ts, `cost.share`); 1: back to back. */
   fanOutShare: number
   /** The share while another account settled messages within NEIGHBOUR_WITHIN_MS (`cost.besideOthers`). */
@@ -165,12 +174,24 @@ const NEIGHBOUR_WITHIN_MS = 1000
 const SETTLE_PAUSED_WAIT_MS = 20_000
 
 export const MESSAGE_WRITES: Record<'postgres' | 'pglite', MessageWrites> = {
-  postgres: { storeLinger: {}, settleLinger: { lingerMs: 1 }, rowsPerStatement: 2000, fanOutShare: 1, fanOutShareBesideOthers: 0.1 },
-  pglite: { storeLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, settleLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, rowsPerStatement: 500, fanOutShare: 0.5, fanOutShareBesideOthers: 0.5 },
+  postgres: { storeLinger: {}, settleLinger: { lingerMs: 1 }, rowsPerStatement: 2000, fanOutChunk: 100, fanOutShare: 1, fanOutShareBesideOthers: 0.2 },
+  pglite: { storeLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, settleLinger: { lingerMs: 1, lingerOnlyWithinMs: 5 }, rowsPerStatement: 500, fanOutChunk: 500, fanOutShare: 0.5, fanOutShareBesideOthers: 0.5 },
 }
 
 /** Records one settlement; resolves to the deliveries its batch queued, and the subscriptions they made due when few. */
 export type MessageSettler = (settlement: Settlement) => Promise<Queued>
+
+/** Writes wide fan-outs on (src/messages/fan-out.ts), in their accounts' settlement lanes. */
+export interface FanOutWriter {
+  /** Deliveries of one event a statement writes at most (storeEventsAndDeliveries). */
+  chunk: number
+  /** Writes these fan-outs on to their ends, a chunk per statement; one this process is writing already is left to that. */
+  continue(fanOuts: readonly FanOut[]): void
+  /** The events whose fan-outs this process is writing. */
+  writing: ReadonlySet<string>
+}
+
+type SettlerItem = { settlement: Settlement } | { fanOut: FanOut }
 
 /**
  * Settles messages in batches (src/messages/batcher.ts), each batch one statement: the status
@@ -179,42 +200,83 @@ export type MessageSettler = (settlement: Settlement) => Promise<Queued>
  * per account: an account whose events fan out to a thousand subscriptions writes thousands of
  * rows per message, and another account's settlements are not made to wait for that statement.
  * `db` is the handle's `keyedDb` (src/lib/db/client.ts): every row is reached by key.
+ *
+ * An event wider than `writes.fanOutChunk` is written on in its account's lane, a chunk per
+ * statement (src/messages/fan-out.ts), each chunk an item of its own that counts as a whole
+ * statement's rows: it goes alone, and is paced as a wide fan-out is (`fanOutShareBesideOthers`).
+ * `deliveriesQueued` is called after each chunk that wrote deliveries.
  */
-export function createMessageSettler(db: Database, writes: MessageWrites = MESSAGE_WRITES.postgres): MessageSettler {
-  const batcher = createKeyedBatcher<Settlement, Queued>(
-    (settlement) => settlement.account_id,
+export function createMessageSettler(db: Database, writes: MessageWrites = MESSAGE_WRITES.postgres, deliveriesQueued: () => void = () => {}): { settle: MessageSettler; fanOuts: FanOutWriter } {
+  const writing = new Set<string>()
+
+  // Called within a batch, before its items resolve: the lane holds the chunk before it can empty and forget its pace.
+  const nextChunk = (fanOut: FanOut) => {
+    writing.add(fanOut.eventId)
+    batcher.submit({ fanOut }).then(
+      (queued) => {
+        if (queued.count > 0) deliveriesQueued()
+      },
+      // The fan-out's row stays: the catch-up resumes it (startQueuedCatchUp).
+      () => writing.delete(fanOut.eventId),
+    )
+  }
+
+  const settleBatch = async (settlements: Settlement[]): Promise<Queued> => {
+    const input = settlements.map((settlement) => ({ ...settlement, from_status: 'queued' }))
+    const statement = sql`with input as (
+            select * from jsonb_to_recordset(${JSON.stringify(input)}::jsonb) as i(
+              message_id text, from_status text, status text, error text, updated_at timestamptz, event_id text, event_type text, payload text, trace_context text)
+          ),
+          settled as (
+            -- The status to leave comes with the input, not as the literal 'queued': a literal lets the plan read
+            -- messages_queued_idx, which holds an entry for every message settled since the last vacuum, and a
+            -- settlement of one message read 65,000 of them (docs/performance.md, issue 37). Each message is
+            -- reached by its key, and its event's fields come back with it, so that no member joins another.
+            update messages m set status = i.status, error = i.error, updated_at = i.updated_at
+            from input i
+            where m.id = i.message_id and m.status = i.from_status
+            returning i.event_id as id, m.account_id, i.event_type as type, i.payload, m.contact, i.trace_context
+          ),
+          stored_events as (
+            select id, account_id, type, payload, contact, trace_context from settled
+          )${storeEventsAndDeliveries(writes.fanOutChunk)}`
+    const [row] = await queryRows<QueuedDeliveries>(db, statement)
+    const queued = queuedFrom(row)
+    const accountOf = new Map(settlements.map((settlement) => [settlement.event_id, settlement.account_id]))
+    for (const eventId of queued.fanOuts) nextChunk({ eventId, accountId: accountOf.get(eventId)! })
+    return queued
+  }
+
+  const writeChunk = async (fanOut: FanOut): Promise<Queued> => {
+    const { count, more } = await continueFanOut(db, fanOut.eventId, writes.fanOutChunk)
+    if (more) nextChunk(fanOut)
+    else writing.delete(fanOut.eventId)
+    return { count, dueHooks: [], fanOuts: more ? [fanOut.eventId] : [] }
+  }
+
+  const batcher = createKeyedBatcher<SettlerItem, Queued>(
+    (item) => ('fanOut' in item ? item.fanOut.accountId : item.settlement.account_id),
     async (batch) => {
-      const input = batch.map((settlement) => ({ ...settlement, from_status: 'queued' }))
-      const statement = sql`with input as (
-              select * from jsonb_to_recordset(${JSON.stringify(input)}::jsonb) as i(
-                message_id text, from_status text, status text, error text, updated_at timestamptz, event_id text, event_type text, payload text, trace_context text)
-            ),
-            settled as (
-              -- The status to leave comes with the input, not as the literal 'queued': a literal lets the plan read
-              -- messages_queued_idx, which holds an entry for every message settled since the last vacuum, and a
-              -- settlement of one message read 65,000 of them (docs/performance.md, issue 37). Each message is
-              -- reached by its key, and its event's fields come back with it, so that no member joins another.
-              update messages m set status = i.status, error = i.error, updated_at = i.updated_at
-              from input i
-              where m.id = i.message_id and m.status = i.from_status
-              returning i.event_id as id, m.account_id, i.event_type as type, i.payload, m.contact, i.trace_context
-            ),
-            stored_events as (
-              select id, account_id, type, payload, contact, trace_context from settled
-            )${storeEventsAndDeliveries}`
-      const [row] = await queryRows<QueuedDeliveries>(db, statement)
-      const queued = queuedFrom(row)
-      return batch.map(() => queued)
+      const settlements = batch.flatMap((item) => ('settlement' in item ? [item.settlement] : []))
+      const settled = settlements.length > 0 ? await settleBatch(settlements) : undefined
+      const results: Queued[] = []
+      for (const item of batch) results.push('fanOut' in item ? await writeChunk(item.fanOut) : settled!)
+      return results
     },
     // Nobody waits on a settlement (the API answered already): a millisecond gathers a busy moment's into one
-    // statement. An account whose events fan out wide settles fewer messages per statement, so that each writes
-    // about `rowsPerStatement` deliveries: 200 messages to 1,000 subscriptions were two statements of 5 and 13 s
-    // (docs/performance.md, the storm), whose locks and commits stalled everyone else's deliveries.
+    // statement. An account whose events fan out wide settles fewer messages per statement: each statement aims at
+    // `rowsPerStatement` deliveries, and a chunk, or an event that goes on in chunks, counts as that many, so that it
+    // goes alone. 200 messages to 1,000 subscriptions were two statements of 5 and 13 s (docs/performance.md, the
+    // storm), whose locks and commits stalled everyone else's deliveries.
     {
       maxBatch: 256,
       ...writes.settleLinger,
       cost: {
-        of: (_items, results) => results[0]?.count ?? 0,
+        of: (items, results) => {
+          const chunks = items.filter((item) => 'fanOut' in item).length
+          const settled = results.find((_queued, index) => 'settlement' in items[index]!)
+          return (chunks + (settled?.fanOuts.length ?? 0)) * writes.rowsPerStatement + (settled?.count ?? 0)
+        },
         max: writes.rowsPerStatement,
         share: writes.fanOutShare,
         besideOthers: { share: writes.fanOutShareBesideOthers, withinMs: NEIGHBOUR_WITHIN_MS },
@@ -222,7 +284,16 @@ export function createMessageSettler(db: Database, writes: MessageWrites = MESSA
       },
     },
   )
-  return batcher.submit
+  return {
+    settle: (settlement) => batcher.submit({ settlement }),
+    fanOuts: {
+      chunk: writes.fanOutChunk,
+      continue(fanOuts) {
+        for (const fanOut of fanOuts) if (!writing.has(fanOut.eventId)) nextChunk(fanOut)
+      },
+      writing,
+    },
+  }
 }
 
 /**
@@ -371,7 +442,7 @@ export async function dispatchStaleQueuedMessages(deps: MessageDeps): Promise<nu
  * message, its event and the event's deliveries in one statement.
  */
 export async function receiveInboundMessage(
-  deps: Pick<MessageDeps, 'db' | 'deliveriesQueued' | 'tracing'>,
+  deps: Pick<MessageDeps, 'db' | 'deliveriesQueued' | 'fanOuts' | 'tracing'>,
   accountId: string,
   input: { from: string; body: string },
 ): Promise<Message> {
@@ -393,11 +464,12 @@ export async function receiveInboundMessage(
             select ${pending.id}::text as id, account_id, ${pending.type}::text as type, ${pending.payload}::text as payload, ${input.from}::text as contact,
               ${traceContext}::text as trace_context
             from stored_message
-          )${storeEventsAndDeliveries}`,
+          )${storeEventsAndDeliveries(deps.fanOuts.chunk)}`,
     )
     const queued = queuedFrom(row)
     span?.setAttribute('app.deliveries.queued', queued.count)
     if (queued.count > 0) deps.deliveriesQueued(queued.dueHooks)
+    deps.fanOuts.continue(queued.fanOuts.map((eventId) => ({ eventId, accountId })))
     return message
   })
 }
@@ -434,15 +506,34 @@ export async function listEvents(
 
 const CATCH_UP_INTERVAL_MS = 60_000
 
+// A fan-out whose last chunk was written this long ago is not being written by a live process: a lane paused beside
+// other accounts writes a chunk at least every SETTLE_PAUSED_WAIT_MS. Two processes that both resume one never write a
+// delivery twice (continueFanOut), so a process that was only slow costs a few statements.
+const FAN_OUT_STALLED_SECONDS = 60
+
 /**
- * Runs `dispatchStaleQueuedMessages` at start and every minute, so nothing stays queued without a
- * restart, and `renewDispatchLeases` every 30 s. The renewal is a sweep of its own: a catch-up run
- * waits for the dispatches it started, which may wait in their lanes for minutes, and the leases of
- * everything this process dispatches must not lapse meanwhile. `intervals`: shorter ones, for tests.
+ * Resumes the fan-outs that have not moved for FAN_OUT_STALLED_SECONDS and that this process is
+ * not writing: their process stopped, or lost its database, between two chunks. At most a thousand
+ * a run; the next run takes the rest.
+ */
+export async function resumeStalledFanOuts(deps: Pick<MessageDeps, 'db' | 'fanOuts'>): Promise<number> {
+  const stalled = await findStalledFanOuts(deps.db, FAN_OUT_STALLED_SECONDS, deps.fanOuts.writing, 1000)
+  deps.fanOuts.continue(stalled)
+  return stalled.length
+}
+
+/**
+ * Runs `resumeStalledFanOuts` and `dispatchStaleQueuedMessages` at start and every minute, so no
+ * fan-out stays unfinished and nothing stays queued without a restart, and `renewDispatchLeases`
+ * every 30 s. The renewal is a sweep of its own: a catch-up run waits for the dispatches it
+ * started, which may wait in their lanes for minutes, and the leases of everything this process
+ * dispatches must not lapse meanwhile. `intervals`: shorter ones, for tests.
  */
 export function startQueuedCatchUp(deps: MessageDeps, intervals = { catchUpMs: CATCH_UP_INTERVAL_MS, renewMs: LEASE_RENEW_INTERVAL_MS }): { stop(): Promise<void> } {
   const catchUp = startPeriodicSweep({
     sweep: async () => {
+      const resumed = await resumeStalledFanOuts(deps)
+      if (resumed > 0) deps.logger.info('resumed fan-outs left unfinished', { count: resumed })
       const count = await dispatchStaleQueuedMessages(deps)
       if (count > 0) deps.logger.info('dispatched messages left queued', { count })
     },

@@ -4,7 +4,7 @@ import { freshDataDir, startServerProcess, type RunningProcess } from '../suppor
 import { startReceiver } from '../support/receiver.ts'
 import { createAccount } from '../../src/accounts/service.ts'
 import { createHook } from '../../src/hooks/service.ts'
-import { receiveInboundMessage } from '../../src/messages/service.ts'
+import { createMessageSettler, receiveInboundMessage } from '../../src/messages/service.ts'
 import { createSecretBox } from '../../src/lib/security/secret-box.ts'
 import { isForbiddenHost } from '../../src/lib/security/outbound.ts'
 
@@ -38,7 +38,7 @@ test.if(!!database.url)('two processes on one PostgreSQL send every delivery onc
   for (let n = 0; n < HOOKS; n++) {
     const account = await createAccount(db, { name: `drained ${n}` })
     await createHook(deps, account.id, { event: 'message.inbound', target_url: `${receiver.origin}/drain/${n}` })
-    for (let i = 0; i < EVENTS_PER_HOOK; i++) await receiveInboundMessage({ db, deliveriesQueued: () => {} }, account.id, { from: '+447700900500', body: `${n}/${i}` })
+    for (let i = 0; i < EVENTS_PER_HOOK; i++) await receiveInboundMessage({ db, deliveriesQueued: () => {}, fanOuts: createMessageSettler(db).fanOuts }, account.id, { from: '+447700900500', body: `${n}/${i}` })
   }
   await database.handle.close()
 

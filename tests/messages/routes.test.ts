@@ -35,6 +35,11 @@ async function settled(owner: { accountId: string; secret: string }, messageId: 
   throw new Error('the message stayed queued')
 }
 
+/** A settler's parts of MessageDeps: its settlements and its fan-outs. */
+const settlerDeps = () => {
+  const { settle, fanOuts } = createMessageSettler(db)
+  return { settleMessage: settle, fanOuts }
+}
 const deliveriesOf = (eventId: string) => db.select().from(deliveries).where(eq(deliveries.eventId, eventId))
 
 describe('messages and their events', () => {
@@ -178,7 +183,7 @@ describe('the wake after a settlement (src/delivery/dispatcher.ts)', () => {
     const storeMessage = createMessageStorer(db)
     const admission = createAdmission({ holdMs: 0 })
     const wakes: (readonly string[] | undefined)[] = []
-    const deps = { db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage: createMessageSettler(db), deliveriesQueued: (hookIds?: readonly string[]) => void wakes.push(hookIds), admission, dispatching: new Set<string>() }
+    const deps = { db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, ...settlerDeps(), deliveriesQueued: (hookIds?: readonly string[]) => void wakes.push(hookIds), admission, dispatching: new Set<string>() }
     const send = async () => dispatchMessage(deps, await acceptMessage({ storeMessage, admission }, owner.accountId, { to: '+14155550129', body: 'wake' }))
     const active: string[] = []
     for (let i = 0; i < NARROW_FAN_OUT; i++) active.push(await subscribe(owner, 'message.delivered', `woken-${i}`))
@@ -202,7 +207,7 @@ describe('a process stopped between accepting and dispatching', () => {
     const message = await acceptMessage({ storeMessage, admission }, owner.accountId, input)
     await db.update(messages).set({ createdAt: sql`now() - interval '5 minutes'` }).where(eq(messages.id, message.id))
     const deps = (parts: Partial<Pick<MessageDeps, 'carrier' | 'settleMessage'>> = {}): MessageDeps => ({
-      db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, settleMessage: createMessageSettler(db), deliveriesQueued: () => {}, admission, dispatching: new Set(), ...parts,
+      db, carrier: sandboxCarrier, logger: createLogger('silent'), storeMessage, ...settlerDeps(), deliveriesQueued: () => {}, admission, dispatching: new Set(), ...parts,
     })
     return { owner, storeMessage, admission, message, deps }
   }
@@ -228,7 +233,7 @@ describe('a process stopped between accepting and dispatching', () => {
 
   /** A settlement whose first call for the message waits in its lane until released; any other goes at once. */
   function heldSettlement(messageId: string) {
-    const settle = createMessageSettler(db)
+    const { settle } = createMessageSettler(db)
     let release!: () => void
     const laneHeld = new Promise<void>((resolve) => (release = resolve))
     let held = false
@@ -332,7 +337,7 @@ describe('a process stopped between accepting and dispatching', () => {
 
   test('a message whose dispatch failed is no longer counted as being dispatched: the catch-up sends it', async () => {
     const { message, deps: depsWith } = await queuedLongAgo('Failed dispatch', { to: '+14155550130', body: 'first dispatch fails' })
-    const settle = createMessageSettler(db)
+    const { settle } = createMessageSettler(db)
     let failed = false
     const settleMessage = async (settlement: Parameters<typeof settle>[0]) => {
       if (settlement.message_id === message.id && !failed) {

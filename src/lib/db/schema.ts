@@ -444,6 +444,27 @@ export const hookQueues = pgTable(
   (table) => [index('hook_queues_due_idx').on(table.dueAt).where(sql`${table.dueAt} is not null`)],
 )
 
+/**
+ * An event whose deliveries are not all written yet: a wide fan-out is written a chunk of
+ * subscriptions at a time, each chunk a statement that commits on its own, in subscription id
+ * order after `afterHookId` (src/messages/fan-out.ts). The row goes with its last chunk; one left
+ * behind by a stopped process is resumed by the catch-up. Its event is always committed with it.
+ */
+export const fanOuts = pgTable(
+  'fan_outs',
+  {
+    eventId: idText('event_id')
+      .primaryKey()
+      .references(() => events.id, { onDelete: 'cascade' }),
+    accountId: idText('account_id').notNull(),
+    /** The last subscription a chunk wrote the event's delivery for. */
+    afterHookId: idText('after_hook_id').notNull(),
+    /** When the last chunk was written: a fan-out that has not moved for a while is resumed by the catch-up. */
+    movedAt: timestamp('moved_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow(),
+  },
+  (table) => [index('fan_outs_moved_at_idx').on(table.movedAt)],
+)
+
 /** Every attempt of every delivery (GET …/deliveries/{delivery_id}). */
 export const deliveryAttempts = pgTable(
   'delivery_attempts',
