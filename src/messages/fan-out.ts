@@ -1,6 +1,7 @@
 import { sql } from 'drizzle-orm'
 import { queryRows, type Database } from '../lib/db/client.ts'
 import { markDue, targetOrigin } from '../delivery/queue.ts'
+import { newDeliveryId, subscriptionGetsEvent } from './outbox.ts'
 
 /** A wide fan-out's event, and the account whose settlement lane writes its chunks. */
 export interface FanOut {
@@ -22,11 +23,10 @@ export interface FanOutChunk {
  * written, marking the active ones due, and moves the fan-out's position past them, or ends it
  * with its last chunk; one statement, so a chunk is written with its position or not at all.
  *
- * The subscriptions are those the event's first statement would have found, as they are now: of
- * its account and type, active or paused, not expired, whose filter holds its contact, and made
- * no later than the event (its created_at), so that a subscription made after the event does not
- * see it. One deleted, paused or refiltered between two chunks is judged as it is when its chunk
- * is written (docs/webhooks.md#wide-fan-outs).
+ * The subscriptions are those the event's first statement would have found, as they are now
+ * (subscriptionGetsEvent), and made no later than the event (its created_at), so that a
+ * subscription made after the event does not see it. One deleted, paused or refiltered between
+ * two chunks is judged as it is when its chunk is written (docs/webhooks.md#wide-fan-outs).
  *
  * The fan-out's row is locked for the statement and one another transaction holds is passed
  * over (no chunk, `more` false): two processes that both resume a fan-out never write a
@@ -47,11 +47,8 @@ export async function continueFanOut(db: Database, eventId: string, chunk: numbe
           -- walked the primary key from the position and passed over every other account's subscription made since.
           select h.id as hook_id, h.account_id, h.status, ${targetOrigin(sql`h.target_url`)} as origin
           from hooks h
-          where h.account_id = (select account_id from event)
+          where ${subscriptionGetsEvent({ accountId: sql`(select account_id from event)`, type: sql`(select type from event)`, contact: sql`(select contact from event)` })}
             and (h.account_id, h.id) > ((select account_id from event), (select after_hook_id from fan_out))
-            and h.event = (select type from event) and h.status in ('active', 'paused')
-            and (h.expires_at is null or h.expires_at > now())
-            and (h.filter_contacts is null or (select contact from event) = any(h.filter_contacts))
             and h.created_at <= (select created_at from event)
           order by h.account_id, h.id
           limit ${chunk + 1}
@@ -61,7 +58,7 @@ export async function continueFanOut(db: Database, eventId: string, chunk: numbe
         ),
         new_deliveries as (
           insert into deliveries (id, event_id, hook_id)
-          select 'dlv_' || substr(e.id, 5, 10) || substr(replace(gen_random_uuid()::text, '-', ''), 1, 16), e.id, w.hook_id
+          select ${newDeliveryId(sql`e.id`)}, e.id, w.hook_id
           from written w cross join event e
           returning hook_id
         ),

@@ -26,6 +26,25 @@ export function buildEvent(input: { accountId: string; type: EventType; message:
 export const NARROW_FAN_OUT = 16
 
 /**
+ * SQL: subscription `h` (hooks) gets an event of this account, type and contact (SQL expressions):
+ * active or paused (a paused one's deliveries wait for it to resume), not expired, and with no
+ * filter or one that holds the contact (docs/api.md#filters). The one rule for an event's first
+ * statement and each chunk of its fan-out (src/messages/fan-out.ts).
+ */
+export const subscriptionGetsEvent = (event: { accountId: SQL; type: SQL; contact: SQL }): SQL => sql`h.account_id = ${event.accountId} and h.event = ${event.type}
+  and h.status in ('active', 'paused')
+  and (h.expires_at is null or h.expires_at > now())
+  and (h.filter_contacts is null or ${event.contact} = any(h.filter_contacts))`
+
+/**
+ * SQL: a new delivery id for the event `eventId` (an expression), made in the statement because
+ * how many there are is only known there: `dlv_`, the event id's 10 time characters (so
+ * deliveries sort by their event's time), and 64 random bits as 16 hex digits (all valid in the
+ * id alphabet).
+ */
+export const newDeliveryId = (eventId: SQL): SQL => sql`'dlv_' || substr(${eventId}, 5, 10) || substr(replace(gen_random_uuid()::text, '-', ''), 1, 16)`
+
+/**
  * The tail of a statement that stores events: given an earlier member `stored_events(id,
  * account_id, type, payload, contact, trace_context)` of the caller's `WITH`, it inserts those events and one pending
  * delivery per active or paused subscription of their account and type (a paused one's wait
@@ -47,10 +66,6 @@ export const NARROW_FAN_OUT = 16
  * statement of a wide fan-out holds the database for longer than another account's delivery
  * takes (docs/performance.md, issue 37, twenty-fourth pass). The statement selects those events'
  * ids.
- *
- * A delivery id is made here, not in JavaScript, because how many there are is only known in
- * the statement: `dlv_`, the event id's 10 time characters (so deliveries sort by their
- * event's time), and 64 random bits as 16 hex digits (all valid in the id alphabet).
  */
 export const storeEventsAndDeliveries = (chunk: number): SQL => sql`,
   new_events as (
@@ -67,9 +82,7 @@ export const storeEventsAndDeliveries = (chunk: number): SQL => sql`,
       row_number() over by_hook as rank, lag(h.id) over by_hook as previous_hook_id
     from new_events e cross join lateral (
       select h.id, h.account_id, h.status, h.target_url from hooks h
-      where h.account_id = e.account_id and h.event = e.type and h.status in ('active', 'paused')
-        and (h.expires_at is null or h.expires_at > now())
-        and (h.filter_contacts is null or e.contact = any(h.filter_contacts))
+      where ${subscriptionGetsEvent({ accountId: sql`e.account_id`, type: sql`e.type`, contact: sql`e.contact` })}
       order by h.id
       limit ${chunk + 1}
     ) h
@@ -80,7 +93,7 @@ export const storeEventsAndDeliveries = (chunk: number): SQL => sql`,
   ),
   new_deliveries as (
     insert into deliveries (id, event_id, hook_id)
-    select 'dlv_' || substr(w.event_id, 5, 10) || substr(replace(gen_random_uuid()::text, '-', ''), 1, 16), w.event_id, w.hook_id
+    select ${newDeliveryId(sql`w.event_id`)}, w.event_id, w.hook_id
     from written w
     returning hook_id
   ),
