@@ -506,9 +506,10 @@ export async function listEvents(
 
 const CATCH_UP_INTERVAL_MS = 60_000
 
-// A fan-out whose last chunk was written this long ago is not being written by a live process: a lane paused beside
-// other accounts writes a chunk at least every SETTLE_PAUSED_WAIT_MS. Two processes that both resume one never write a
-// delivery twice (continueFanOut), so a process that was only slow costs a few statements.
+// A fan-out whose last chunk was written this long ago is taken as left by a stopped process: in a live one its row moves
+// each time its lane comes round to it, seconds apart even beside other accounts, unless the lane holds thousands of
+// fan-outs at once. Two processes that both resume one never write a delivery twice (continueFanOut), so one taken from
+// a live process that was only slow costs a few statements.
 const FAN_OUT_STALLED_SECONDS = 60
 
 /**
