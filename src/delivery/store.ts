@@ -3,7 +3,6 @@ import { CIRCUIT_OPENS_AFTER, isBreakerFailure, nextProbeAt, PROBE_INTERVAL_MIN_
 import { markHooksDueUnlessHeld } from './queue.ts'
 import { pipelinedTransaction, queryRows, type Database } from '../lib/db/client.ts'
 import { newId } from '../lib/db/ids.ts'
-import type { NamedStatement } from '../lib/db/pglite-named.ts'
 import { MAX_RETRY_AFTER_MS, type DeliveryDecision } from './policy.ts'
 import type { AttemptResult } from './send.ts'
 import { attemptRollups } from '../stats/rollups.ts'
@@ -171,7 +170,7 @@ const CLAIM_LOCK = 7_200_011
 export async function claimDueDeliveries(
   db: Database,
   options: ClaimOptions,
-  sender: { sole: boolean; /** The claim run by name on PGlite, planned once. */ statement?: NamedStatement } = { sole: false },
+  sender: { sole: boolean } = { sole: false },
 ): Promise<ClaimResult> {
   type Row = {
     id: string | null
@@ -392,7 +391,7 @@ export async function claimDueDeliveries(
   // PGlite is one connection in one process (the data-dir lock): nothing else claims, so the
   // statement needs no lock and no transaction around it (on PGlite each statement costs ~0.4 ms).
   const rows = sender.sole
-    ? await (sender.statement ? sender.statement<Row>(claim) : queryRows<Row>(db, claim))
+    ? await queryRows<Row>(db, claim)
     : (await pipelinedTransaction(db, [sql`select pg_advisory_xact_lock(${CLAIM_LOCK})`, claim]))[1] as Row[]
   const visited = Number(rows[0]?.visited ?? 0)
   return {

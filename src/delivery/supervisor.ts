@@ -5,9 +5,7 @@ import type { TracingSettings } from '../lib/runtime/tracing-settings.ts'
 import type { FlowSettings } from './flow-control.ts'
 import type { BacklogSettings } from './backlog.ts'
 import type { DeliveryMetrics, OutcomeCounts } from './outcomes.ts'
-import { pgliteNamedStatement } from '../lib/db/pglite-named.ts'
 import { claimDueDeliveries, recordDeliveryAttempts, type ClaimOptions, type RecordedAttempt } from './store.ts'
-import { KEYED_PLAN_SETTINGS } from '../lib/db/keyed-plans.ts'
 
 /** A subscription this process has not sent to lately starts with this many attempts in flight (src/delivery/flow-control.ts). */
 export const INITIAL_WINDOW = 4
@@ -121,8 +119,6 @@ export function startDeliveryWorker(options: {
     tracing: config.tracing,
     backlog: { limitMs: config.webhookBacklogLimitMs, quickAnswerMs: QUICK_ANSWER_MS, forgetAfterMs: BACKLOG_FORGET_AFTER_MS },
   }
-  // The claim is most of PGlite's time for deliveries; by name it is planned once (src/lib/db/pglite-named.ts).
-  const namedClaim = handle.pglite ? pgliteNamedStatement(handle.pglite, 'delivery_claim', KEYED_PLAN_SETTINGS) : undefined
   let stopping = false
   let stopped: (() => void) | null = null
   let worker: Worker
@@ -130,7 +126,8 @@ export function startDeliveryWorker(options: {
 
   const answer = async (message: Extract<FromWorker, { type: 'call' }>) => {
     try {
-      const value = message.op === 'claim' ? await claimDueDeliveries(handle.db, message.args, { sole: true, statement: namedClaim }) : await recordDeliveryAttempts(handle.db, message.args)
+      // Planned once, as the worker's own connections plan them on PostgreSQL (`keyedDb`, src/lib/db/client.ts).
+      const value = message.op === 'claim' ? await claimDueDeliveries(handle.keyedDb, message.args, { sole: true }) : await recordDeliveryAttempts(handle.keyedDb, message.args)
       worker.postMessage({ type: 'reply', id: message.id, ok: true, value } satisfies ToWorker)
     } catch (error) {
       worker.postMessage({ type: 'reply', id: message.id, ok: false, error: error instanceof Error ? error.message : String(error) } satisfies ToWorker)

@@ -7,6 +7,7 @@ import postgres from 'postgres'
 import * as schema from './schema.ts'
 import { DatabaseUnavailableError, isDatabaseUnavailable } from './errors.ts'
 import { KEYED_PLAN_SETTINGS } from './keyed-plans.ts'
+import { pgliteNamedClient } from './pglite-named.ts'
 
 /** The one database type the features see; both drivers implement it. */
 export type Database = PgDatabase<PgQueryResultHKT, typeof schema>
@@ -15,14 +16,13 @@ export interface DatabaseHandle {
   db: Database
   /**
    * The same database for statements that start from a batch and reach every row by key (a
-   * message settlement), planned with KEYED_PLAN_SETTINGS (src/lib/db/keyed-plans.ts): on
-   * PostgreSQL a pool of its own whose sessions have them, so that each such statement is one
-   * round trip; on PGlite `db` itself, which plans each statement afresh for the tables as they are.
+   * message settlement; on PGlite also the delivery worker's claims and records), prepared once
+   * and planned with KEYED_PLAN_SETTINGS (src/lib/db/keyed-plans.ts): on PostgreSQL a pool of its
+   * own whose sessions have them, so that each such statement is one round trip; on PGlite the
+   * same session, each statement run by a name of its own (src/lib/db/pglite-named.ts).
    */
   keyedDb: Database
   kind: 'postgres' | 'pglite'
-  /** The embedded database itself, for the statements run on it by name (src/lib/db/pglite-named.ts). */
-  pglite?: PGlite
   close(): Promise<void>
 }
 
@@ -184,9 +184,8 @@ export function pgliteDatabase(client: PGlite): DatabaseHandle {
   const db = drizzlePglite(client, { schema }) as unknown as Database
   return {
     db,
-    keyedDb: db,
+    keyedDb: drizzlePglite(pgliteNamedClient(client, KEYED_PLAN_SETTINGS) as PGlite, { schema }) as unknown as Database,
     kind: 'pglite',
-    pglite: client,
     close: () => client.close(),
   }
 }
