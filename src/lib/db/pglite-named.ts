@@ -40,6 +40,9 @@ export function pgliteNamedClient(client: PGlite, settings: Record<string, strin
   const settingsValues = Object.entries(settings).flat()
   let settingsPrepared = false
   const prepared = new Map<string, { name: string; parameterTypes: number[] }>()
+  // The texts given a name, counted when a call is let through rather than once it is prepared: calls
+  // that arrive together must not each take the last place.
+  const admitted = new Set<string>()
 
   const run = async (messages: Uint8Array[]) => (await client.execProtocol(concat(messages))).messages
 
@@ -56,13 +59,14 @@ export function pgliteNamedClient(client: PGlite, settings: Record<string, strin
       return statement
     } catch (error) {
       // The name must not stay taken: the next call prepares it again. The error to report is the first.
+      admitted.delete(text)
       await client.execProtocol(concat([serialize.close({ type: 'S', name }), serialize.sync()]), { throwOnError: false })
       throw error
     }
   }
 
   // What is not run by name runs as PGlite's own `query` runs it.
-  const byName = (text: string, options: QueryOptions | undefined) => !options?.blob && (prepared.has(text) || prepared.size < MAX_NAMED)
+  const byName = (text: string, options: QueryOptions | undefined) => !options?.blob && (admitted.has(text) || (admitted.size < MAX_NAMED && admitted.add(text).has(text)))
 
   const namedQuery = <T>(text: string, params: unknown[] | undefined, options: QueryOptions | undefined): Promise<Results<T>> =>
     client._runExclusiveQuery(async () => {
