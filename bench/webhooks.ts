@@ -1090,7 +1090,7 @@ async function rows(rig: Rig, summary: Summary): Promise<void> {
   const many = full.many.length
     ? await alternated('10,000 subscriptions', (s) => ({ groups: ['g'], fan: 100, load: () => closedLoop(s.rig, s.many.map((a) => ({ account: a })), 600, Math.ceil(DELIVERIES / 10_000) * 100) }))
     : null
-  const failed = await timedGets(rig, keyed(account, `/hooks/${hook!.id}/deliveries`).replace('?', '?state=failed&'))
+  const failed = await timedGets(rig, keyed(account, `/hooks/${hook.id}/deliveries`).replace('?', '?state=failed&'))
   log(`GET …/deliveries?state=failed, ${REQUESTS} one at a time: ${fmtP(failed)}`)
   const since = new Date(Date.now() - 86_400_000).toISOString()
   const events = await timedGets(rig, keyed(account, '/events').replace('?', `?since=${encodeURIComponent(since)}&`))
